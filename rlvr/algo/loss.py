@@ -1,0 +1,73 @@
+"""The policy loss of one micro-batch: ratio → surrogate → (TIS) → aggregation, plus the
+recipe's regularizers. Linear in the rows, so micro-batch losses sum to the batch loss."""
+
+from __future__ import annotations
+
+import torch
+
+from rlvr.algo.aggregation import aggregate
+from rlvr.algo.ratios import RATIOS, SEQUENCE_LEVEL_RATIOS, sequence_tis_weight, token_tis_weight
+from rlvr.algo.recipes import Recipe
+from rlvr.algo.regularizers import KL_ESTIMATORS
+from rlvr.algo.stats import StepStats
+from rlvr.algo.surrogates import SURROGATES
+
+
+def policy_loss(
+    recipe: Recipe,
+    *,
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_weights: torch.Tensor,
+    response_mask: torch.Tensor,
+    ref_logprobs: torch.Tensor | None = None,
+    sampler_logprobs: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    nll_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, StepStats]:
+    """L = Σ w·ℓ(ρ, Â) [·TIS] + β·Σ w·k + μ·Σ w_nll·(−logπ) − c_H·Σ w·H, all (N, T) inputs."""
+    ratio = RATIOS[recipe.ratio](logprobs, old_logprobs, response_mask)
+    surrogate = SURROGATES[recipe.surrogate]
+    kwargs = {"dual_clip_c": recipe.dual_clip_c} if recipe.surrogate == "dual_clip" else {}
+    out = surrogate(ratio, advantages, logprobs, recipe.clip_low, recipe.clip_high, **kwargs)
+    per_token = out.loss
+    if recipe.tis_cap is not None and sampler_logprobs is not None:
+        tis = (sequence_tis_weight if recipe.ratio in SEQUENCE_LEVEL_RATIOS else token_tis_weight)(
+            old_logprobs, sampler_logprobs, response_mask, recipe.tis_cap
+        )
+        per_token = per_token * tis
+    stats = StepStats()
+    loss = aggregate(per_token, loss_weights)
+    stats.add("loss/policy", loss.detach())
+    if recipe.needs_reference and not recipe.kl_in_reward:
+        if ref_logprobs is None:
+            raise ValueError(f"kl={recipe.kl!r} in the loss needs ref_logprobs")
+        kl = aggregate(KL_ESTIMATORS[recipe.kl](logprobs, ref_logprobs), loss_weights)
+        loss = loss + recipe.kl_coef * kl
+        stats.add("loss/kl", kl.detach())
+    if recipe.entropy_coef and entropy is not None:
+        ent = aggregate(entropy, loss_weights)
+        loss = loss - recipe.entropy_coef * ent
+        stats.add("loss/entropy", ent.detach())
+    if recipe.nll_coef and nll_weights is not None:
+        nll = aggregate(-logprobs, nll_weights)
+        loss = loss + recipe.nll_coef * nll
+        stats.add("loss/nll", nll.detach())
+    _clip_stats(stats, ratio.detach(), advantages, response_mask, out, recipe)
+    return loss, stats
+
+
+def _clip_stats(stats: StepStats, ratio, advantages, mask, out, recipe: Recipe) -> None:
+    """Clip fractions over tokens with a non-zero advantage (responses for sequence ratios)."""
+    valid = mask > 0
+    active = valid & (advantages != 0)
+    stats.add_ratio("clip/ratio_mean", ratio[valid].sum(), valid.sum())
+    stats.add_ratio("clip/low_frac", (out.clipped_low & active).sum(), active.sum())
+    stats.add_ratio("clip/high_frac", (out.clipped_high & active).sum(), active.sum())
+    either = (out.clipped_low | out.clipped_high) & active
+    stats.add_ratio("clip/frac", either.sum(), active.sum())
+    if recipe.ratio in SEQUENCE_LEVEL_RATIOS:
+        seq_active = active.any(-1)
+        seq_clipped = either.any(-1) & seq_active
+        stats.add_ratio("clip/seq_frac", seq_clipped.sum(), seq_active.sum())

@@ -1,0 +1,149 @@
+"""The composition layer: a recipe's choices applied to one optimizer step's batch.
+
+`prepare_batch` runs once per rollout batch, without gradient, over the *whole* batch:
+selection, shaping, advantages and aggregation weights. `policy_loss` runs per
+micro-batch on any subset of the prepared rows; its losses sum to the whole-batch loss.
+Nothing here branches on a recipe's name: it reads the recipe's fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.algo import advantages as adv_fns
+from rlvr.algo.aggregation import aggregation_weights
+from rlvr.algo.gae import gae, vapo_gae
+from rlvr.algo.recipes import Recipe
+from rlvr.algo.regularizers import KL_ESTIMATORS
+from rlvr.algo.selection import informative_groups, nonzero_variance_groups, shaped_rewards
+from rlvr.algo.token_advantages import outcome_token_rewards, reinforce_pp, reinforce_pp_baseline
+
+GROUP_ADVANTAGES = {
+    "group_norm": adv_fns.group_norm,
+    "group_mean": adv_fns.group_mean_baseline,
+    "rloo": adv_fns.rloo,
+    "batch_norm": adv_fns.batch_norm,
+}
+
+
+@dataclass
+class PreparedBatch:
+    """Per-row training targets for the whole batch; dropped rows are all zeros."""
+
+    keep: torch.Tensor  # (N,) bool: rows that stay in the batch after selection
+    shaped_rewards: torch.Tensor  # (N,) the reward advantages were computed from
+    response_mask: torch.Tensor  # (N, T) after overlong filtering and selection
+    advantages: torch.Tensor  # (N, T)
+    loss_weights: torch.Tensor  # (N, T) aggregation weights from global counts
+    nll_weights: torch.Tensor | None  # (N, T) token-mean weights over correct responses
+    returns: torch.Tensor | None  # (N, T) value targets (critic recipes)
+    stats: dict[str, float]
+
+
+def compute_advantages(
+    recipe: Recipe,
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    kl: torch.Tensor | None = None,
+    values: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Token advantages (N, T) and value targets (N, T) or None, per `recipe.advantage`."""
+    mask = response_mask
+    kl_coef = recipe.kl_coef if recipe.kl_in_reward else 0.0
+    if recipe.advantage in GROUP_ADVANTAGES:
+        per_seq = GROUP_ADVANTAGES[recipe.advantage](rewards, group_ids)
+        return per_seq[:, None] * mask, None
+    if recipe.advantage == "reinforce_pp":
+        return reinforce_pp(rewards, mask, kl, kl_coef), None
+    if recipe.advantage == "reinforce_pp_baseline":
+        return reinforce_pp_baseline(rewards, group_ids, mask), None
+    if values is None:
+        raise ValueError(f"advantage {recipe.advantage!r} needs values from a critic")
+    token_rewards = outcome_token_rewards(rewards, mask, kl, kl_coef)
+    if recipe.advantage == "gae":
+        return gae(token_rewards, values, mask, recipe.gamma, recipe.lam)
+    return vapo_gae(token_rewards, values, mask, recipe.gamma, recipe.vapo_alpha)
+
+
+def select_rows(
+    recipe: Recipe, correct: torch.Tensor, rewards: torch.Tensor, group_ids: torch.Tensor
+) -> torch.Tensor:
+    """Rows kept by the recipe's batch-level filters. (N,) → (N,) bool."""
+    keep = torch.ones_like(group_ids, dtype=torch.bool)
+    if recipe.dynamic_sampling:
+        keep &= informative_groups(correct, group_ids)
+    if recipe.zero_variance_filter:
+        keep &= nonzero_variance_groups(rewards, group_ids)
+    return keep
+
+
+@torch.no_grad()
+def prepare_batch(
+    recipe: Recipe,
+    *,
+    rewards: torch.Tensor,
+    correct: torch.Tensor,
+    truncated: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_ids: torch.Tensor,
+    max_new_tokens: int,
+    old_logprobs: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    values: torch.Tensor | None = None,
+) -> PreparedBatch:
+    """Selection → shaping → advantages → aggregation weights, over the whole batch."""
+    lengths = response_mask.sum(-1)
+    cache = recipe.overlong_cache if recipe.overlong_penalty else None
+    reward = shaped_rewards(rewards.double(), lengths, max_new_tokens, cache)
+    keep = select_rows(recipe, correct, reward, group_ids)
+    mask = response_mask * keep[:, None]
+    if recipe.overlong_filter:
+        mask = mask * (~truncated)[:, None]
+    kl = None
+    if recipe.kl_in_reward:
+        kl = KL_ESTIMATORS[recipe.kl](old_logprobs, ref_logprobs) * mask
+    rows = keep.nonzero().squeeze(-1)
+    sub = lambda x: None if x is None else x[rows]  # noqa: E731
+    advantages = torch.zeros_like(mask, dtype=torch.float64)
+    returns = torch.zeros_like(advantages) if recipe.needs_critic else None
+    weights = torch.zeros_like(advantages)
+    if len(rows):
+        adv, ret = compute_advantages(
+            recipe, reward[rows], group_ids[rows], mask[rows].double(), sub(kl), sub(values)
+        )
+        advantages[rows] = adv.double()
+        if returns is not None:
+            returns[rows] = ret.double()
+        weights[rows] = aggregation_weights(
+            recipe.aggregation, mask[rows].double(), group_ids[rows], max_new_tokens
+        )
+    nll = _nll_weights(mask, correct) if recipe.nll_coef else None
+    stats = _batch_stats(keep, reward, correct, group_ids, mask, advantages)
+    dtype = response_mask.dtype
+    cast = lambda x: None if x is None else x.to(dtype)  # noqa: E731
+    return PreparedBatch(
+        keep, reward, mask, cast(advantages), cast(weights), cast(nll), cast(returns), stats
+    )
+
+
+def _nll_weights(mask: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
+    """Token-mean weights over the tokens of correct responses (VAPO §4.3 positive NLL)."""
+    positive = mask * correct.to(mask.dtype)[:, None]
+    return positive / positive.sum().clamp(min=1)
+
+
+def _batch_stats(keep, reward, correct, group_ids, mask, advantages) -> dict[str, float]:
+    kept_groups = torch.unique(group_ids[keep]).numel()
+    rows_with_signal = (advantages != 0).any(-1) & keep
+    return {
+        "rollout/candidate_groups": float(torch.unique(group_ids).numel()),
+        "rollout/kept_groups": float(kept_groups),
+        "rollout/kept_responses": float(keep.sum()),
+        "reward/shaped_mean": float(reward.mean()),
+        "reward/accuracy": float(correct.double().mean()),
+        "reward/zero_adv_frac": float(1.0 - rows_with_signal.sum() / keep.sum().clamp(min=1)),
+        "rollout/trained_tokens": float(mask.sum()),
+    }

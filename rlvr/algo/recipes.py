@@ -1,0 +1,221 @@
+"""The named recipes of ALGORITHMS.md §8: each a frozen dataclass of independent choices.
+
+This is the only place where a method's name means anything: the loop and the loss read
+the fields, never the name. Every field can be overridden (`get_recipe("dapo",
+clip_high=0.3)`); `describe` explains each field for `rlvr recipes` and the docs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+
+from rlvr.algo.aggregation import AGGREGATIONS
+from rlvr.algo.ratios import RATIOS
+from rlvr.algo.regularizers import KL_ESTIMATORS
+from rlvr.algo.surrogates import SURROGATES
+
+ADVANTAGES = (
+    "group_norm",
+    "group_mean",
+    "rloo",
+    "batch_norm",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "gae",
+    "vapo_gae",
+)
+CRITIC_ADVANTAGES = frozenset({"gae", "vapo_gae"})
+TOKEN_REWARD_ADVANTAGES = frozenset({"reinforce_pp", "gae", "vapo_gae"})
+
+
+def _doc(text: str, default: object) -> object:
+    return field(default=default, metadata={"doc": text})
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A policy-optimization method as a combination of design choices (ALGORITHMS.md)."""
+
+    name: str = _doc("recipe name (a label; nothing branches on it)", "custom")
+    source: str = _doc("paper the defaults come from", "")
+    advantage: str = _doc(f"advantage estimator: {', '.join(ADVANTAGES)}", "group_norm")
+    gamma: float = _doc("discount γ for GAE / returns", 1.0)
+    lam: float = _doc("GAE λ (gae)", 0.95)
+    vapo_alpha: float = _doc("α of VAPO's length-adaptive λ = 1 − 1/(α·|y|)", 0.05)
+    ratio: str = _doc(f"importance ratio: {', '.join(RATIOS)}", "token")
+    surrogate: str = _doc(f"surrogate loss: {', '.join(SURROGATES)}", "clip")
+    clip_low: float = _doc("ratio lower bound is 1 − clip_low (1.0: no lower bound)", 0.2)
+    clip_high: float = _doc("ratio upper bound is 1 + clip_high", 0.2)
+    dual_clip_c: float = _doc("dual-clip bound c for negative advantages (dual_clip)", 3.0)
+    tis_cap: float | None = _doc("truncated IS cap C on π_old/π_sampler; None: off", None)
+    aggregation: str = _doc(f"loss aggregation: {', '.join(AGGREGATIONS)}", "seq_mean_token_mean")
+    kl: str | None = _doc(f"KL estimator to the reference: {', '.join(KL_ESTIMATORS)}; None", None)
+    kl_coef: float = _doc("KL coefficient β", 0.0)
+    kl_in_reward: bool = _doc("KL enters the token rewards instead of the loss", False)
+    entropy_coef: float = _doc("entropy bonus coefficient", 0.0)
+    value_clip: float | None = _doc("value clipping range around V_old; None: off", 0.2)
+    value_pretrain_steps: int = _doc("critic-only steps before policy updates (VAPO)", 0)
+    nll_coef: float = _doc("weight μ of the NLL loss on correct responses (VAPO)", 0.0)
+    dynamic_sampling: bool = _doc("drop groups of uniform correctness and refill (DAPO)", False)
+    max_refill_rounds: int = _doc("extra sampling rounds allowed to refill the batch", 3)
+    overlong_penalty: bool = _doc("DAPO soft overlong punishment added to the reward", False)
+    overlong_cache: int = _doc("L_c: length of the soft punishment ramp, in tokens", 4)
+    overlong_filter: bool = _doc("truncated responses get mask 0", False)
+    zero_adv_skip: bool = _doc("skip forward/backward of all-zero-advantage responses", False)
+    zero_variance_filter: bool = _doc(
+        "drop zero-reward-variance groups from batch and normalizer", False
+    )
+    retire_threshold: float | None = _doc("retire prompts whose pass rate reaches this", None)
+    fp32_head: bool = _doc("LM-head logits in FP32 in sampler and trainer", False)
+
+    def __post_init__(self) -> None:
+        _check_choice("advantage", self.advantage, ADVANTAGES)
+        _check_choice("ratio", self.ratio, tuple(RATIOS))
+        _check_choice("surrogate", self.surrogate, tuple(SURROGATES))
+        _check_choice("aggregation", self.aggregation, AGGREGATIONS)
+        if self.kl is not None:
+            _check_choice("kl", self.kl, tuple(KL_ESTIMATORS))
+        if not 0.0 <= self.clip_low <= 1.0:
+            raise ValueError(
+                f"clip_low must be in [0, 1] (bound 1 − clip_low), got {self.clip_low}"
+            )
+        if self.clip_high < 0.0:
+            raise ValueError(f"clip_high must be ≥ 0, got {self.clip_high}")
+        if self.kl_in_reward and self.advantage not in TOKEN_REWARD_ADVANTAGES:
+            raise ValueError(
+                f"kl_in_reward=True needs a token-reward advantage "
+                f"({', '.join(sorted(TOKEN_REWARD_ADVANTAGES))}), got advantage={self.advantage!r}"
+            )
+        if self.kl_coef and self.kl is None:
+            raise ValueError(
+                f"kl_coef={self.kl_coef} needs kl set to one of {', '.join(KL_ESTIMATORS)}"
+            )
+        if self.overlong_cache < 1:
+            raise ValueError(f"overlong_cache must be ≥ 1, got {self.overlong_cache}")
+        if self.retire_threshold is not None and not 0.0 < self.retire_threshold <= 1.0:
+            raise ValueError(f"retire_threshold must be in (0, 1], got {self.retire_threshold}")
+        if self.max_refill_rounds < 0:
+            raise ValueError(f"max_refill_rounds must be ≥ 0, got {self.max_refill_rounds}")
+
+    @property
+    def needs_critic(self) -> bool:
+        return self.advantage in CRITIC_ADVANTAGES
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.kl is not None and self.kl_coef > 0
+
+
+def _check_choice(name: str, value: object, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ValueError(f"{name}={value!r} is not valid; choose one of: {', '.join(valid)}")
+
+
+_GRPO = "Shao 2024, DeepSeekMath (arXiv 2402.03300)"
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe("grpo", _GRPO, kl="k3", kl_coef=0.04),
+        Recipe(
+            "dr_grpo",
+            "Liu 2025, Dr. GRPO (arXiv 2503.20783)",
+            advantage="group_mean",
+            aggregation="constant",
+        ),
+        Recipe(
+            "dapo",
+            "Yu 2025, DAPO (arXiv 2503.14476)",
+            clip_high=0.28,
+            aggregation="token_mean",
+            dynamic_sampling=True,
+            overlong_penalty=True,
+        ),
+        Recipe(
+            "gspo",
+            "Zheng 2025, GSPO (arXiv 2507.18071)",
+            ratio="sequence",
+            clip_low=3e-4,
+            clip_high=4e-4,
+            zero_adv_skip=True,
+        ),
+        Recipe(
+            "cispo",
+            "MiniMax 2025, CISPO (arXiv 2506.13585)",
+            surrogate="cispo",
+            clip_low=1.0,
+            clip_high=3.0,
+            aggregation="token_mean",
+        ),
+        Recipe(
+            "ppo",
+            "Schulman 2017, PPO (arXiv 1707.06347)",
+            advantage="gae",
+            aggregation="token_mean",
+            kl="k1",
+            kl_coef=0.001,
+            kl_in_reward=True,
+        ),
+        Recipe(
+            "rloo",
+            "Ahmadian 2024, RLOO (arXiv 2402.14740)",
+            advantage="rloo",
+            aggregation="seq_mean_token_sum",
+        ),
+        Recipe(
+            "reinforce_pp",
+            "Hu 2025, REINFORCE++ (arXiv 2501.03262)",
+            advantage="reinforce_pp",
+            aggregation="token_mean",
+            kl="k1",
+            kl_coef=0.01,
+            kl_in_reward=True,
+        ),
+        Recipe(
+            "vapo",
+            "Yue 2025, VAPO (arXiv 2504.05118)",
+            advantage="vapo_gae",
+            clip_high=0.28,
+            aggregation="token_mean",
+            value_pretrain_steps=20,
+            nll_coef=0.1,
+        ),
+        Recipe(
+            "minpro",
+            "Lei 2026, MinPRO (arXiv 2601.22718)",
+            ratio="prefix_min",
+            surrogate="cispo",
+            clip_low=1.0,
+            clip_high=3.0,
+            aggregation="token_mean",
+        ),
+        Recipe(
+            "scalerl",
+            "Khatri 2025, ScaleRL (arXiv 2510.13786)",
+            advantage="batch_norm",
+            surrogate="cispo",
+            clip_low=1.0,
+            clip_high=3.0,
+            aggregation="prompt_mean",
+            zero_variance_filter=True,
+            retire_threshold=0.9,
+            fp32_head=True,
+        ),
+    )
+}
+
+
+def recipe_fields() -> dict[str, str]:
+    """Field name → its one-line documentation."""
+    return {f.name: f.metadata.get("doc", "") for f in fields(Recipe)}
+
+
+def get_recipe(name: str, **overrides: object) -> Recipe:
+    """The named recipe with fields overridden; errors name the bad name or field."""
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; valid: {', '.join(RECIPES)}")
+    valid = recipe_fields()
+    for key in overrides:
+        if key not in valid or key == "name":
+            raise ValueError(f"unknown recipe field {key!r}; valid: {', '.join(sorted(valid))}")
+    return dataclasses.replace(RECIPES[name], **overrides)

@@ -1,0 +1,59 @@
+"""KL estimators, entropy, value loss and the soft overlong length penalty (ALGORITHMS.md §5–6)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k1 = Δ_ref = logπ − logπ_ref (Schulman 2020, "Approximating KL divergence")."""
+    return logprobs - ref_logprobs
+
+
+def kl_k2(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k2 = ½·Δ_ref²."""
+    return 0.5 * (logprobs - ref_logprobs) ** 2
+
+
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k3 = exp(−Δ_ref) + Δ_ref − 1 ≥ 0, GRPO's estimator (arXiv 2402.03300, Eq. 4).
+
+    Δ_ref is clamped to ±20 so that exp never overflows.
+    """
+    delta = (logprobs - ref_logprobs).clamp(-20.0, 20.0)
+    return torch.exp(-delta) + delta - 1.0
+
+
+KL_ESTIMATORS = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    clip_range: float | None = 0.2,
+) -> torch.Tensor:
+    """Clipped value loss (PPO, arXiv 1707.06347; as in OpenAI baselines), per token (N, T):
+
+    ½·max((V − R)², (clip(V, V_old − c, V_old + c) − R)²). clip_range None: ½·(V − R)².
+    """
+    unclipped = (values - returns) ** 2
+    if clip_range is None:
+        return 0.5 * unclipped
+    old = old_values.detach()
+    clipped = (old + (values - old).clamp(-clip_range, clip_range) - returns) ** 2
+    return 0.5 * torch.maximum(unclipped, clipped)
+
+
+def soft_overlong_penalty(lengths: torch.Tensor, max_length: int, cache: int) -> torch.Tensor:
+    """DAPO (arXiv 2503.14476, Eq. 13) soft overlong punishment R_len(|y|), (N,) → (N,):
+
+    0 if |y| ≤ L_max − L_c;  (L_max − L_c − |y|)/L_c if L_max − L_c < |y| ≤ L_max;  −1 beyond.
+    """
+    if cache <= 0 or cache > max_length:
+        raise ValueError(f"overlong_cache must be in 1..max_new_tokens={max_length}, got {cache}")
+    lengths = lengths.to(torch.float64)
+    soft_start = max_length - cache
+    ramp = (soft_start - lengths) / cache
+    penalty = torch.where(lengths <= soft_start, torch.zeros_like(lengths), ramp)
+    return torch.where(lengths > max_length, torch.full_like(lengths, -1.0), penalty)

@@ -1,0 +1,34 @@
+"""Batch-level sample selection and reward shaping (ALGORITHMS.md §6), as pure functions."""
+
+from __future__ import annotations
+
+import torch
+
+from rlvr.algo.groups import group_is_constant
+from rlvr.algo.regularizers import soft_overlong_penalty
+
+
+def informative_groups(correct: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """DAPO dynamic sampling (arXiv 2503.14476, Eq. 11): keep a group only if 0 < #correct < G.
+
+    Decided on *raw correctness*, never on the shaped reward. (N,) → (N,) bool.
+    """
+    return ~group_is_constant(correct.to(torch.float64), group_ids)
+
+
+def nonzero_variance_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """ScaleRL zero-variance filtering (arXiv 2510.13786, §3.2): keep groups whose rewards differ."""
+    return ~group_is_constant(rewards, group_ids)
+
+
+def shaped_rewards(
+    rewards: torch.Tensor,
+    lengths: torch.Tensor,
+    max_new_tokens: int,
+    overlong_cache: int | None,
+) -> torch.Tensor:
+    """r = correctness reward + R_len(|y|) (DAPO Eq. 13) when a cache is given, else r."""
+    if overlong_cache is None:
+        return rewards
+    penalty = soft_overlong_penalty(lengths, max_new_tokens, overlong_cache)
+    return rewards + penalty.to(rewards.dtype)

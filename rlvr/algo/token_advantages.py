@@ -1,0 +1,56 @@
+"""Token-level advantages of REINFORCE++ (Hu 2025, arXiv 2501.03262, §3).
+
+Both whiten over every valid token of the *global* rollout batch, so they must be computed
+once per rollout batch before micro-batching (as every advantage here is).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlvr.algo.groups import group_mean
+from rlvr.algo.whiten import masked_whiten
+
+
+def reward_to_go(token_rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """R_{i,t} = Σ_{s≥t} m_{i,s} r_{i,s} (γ = 1). (N, T) → (N, T), 0 on padding."""
+    masked = token_rewards * response_mask
+    return masked.flip(-1).cumsum(-1).flip(-1) * response_mask
+
+
+def outcome_token_rewards(
+    rewards: torch.Tensor, response_mask: torch.Tensor, kl: torch.Tensor | None, kl_coef: float
+) -> torch.Tensor:
+    """Outcome reward on each response's last valid token, minus β·k_{i,t} on every token.
+
+    rewards (N,), response_mask (N, T), kl (N, T) or None → token rewards (N, T).
+    """
+    lengths = response_mask.sum(-1).long()
+    last = (lengths - 1).clamp(min=0)
+    token_rewards = torch.zeros_like(response_mask, dtype=rewards.dtype)
+    has_tokens = (lengths > 0).to(rewards.dtype)
+    token_rewards[torch.arange(len(rewards)), last] = rewards * has_tokens
+    if kl is not None and kl_coef:
+        token_rewards = token_rewards - kl_coef * kl * response_mask
+    return token_rewards
+
+
+def reinforce_pp(
+    rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    kl: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> torch.Tensor:
+    """REINFORCE++: R_{i,t} = r_i − β Σ_{s≥t} k_{i,s}; Â = whiten(R) over the global batch."""
+    returns = reward_to_go(
+        outcome_token_rewards(rewards, response_mask, kl, kl_coef), response_mask
+    )
+    return masked_whiten(returns, response_mask)
+
+
+def reinforce_pp_baseline(
+    rewards: torch.Tensor, group_ids: torch.Tensor, response_mask: torch.Tensor
+) -> torch.Tensor:
+    """REINFORCE++-baseline: x_i = r_i − mean_g r on every token; Â = whiten(x) over the batch."""
+    centred = rewards - group_mean(rewards, group_ids)
+    return masked_whiten(centred[:, None] * response_mask, response_mask)

@@ -1,0 +1,226 @@
+"""`rlvr audit`: what objective a recipe really optimizes, on a batch given as JSON.
+
+Reads a batch of groups of responses with per-token log-probs, applies the recipe's
+batch-level selection and shaping, advantages and loss exactly as the training loop does,
+and returns the loss, the advantages and ∂loss/∂logπ for every response token.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rlvr.algo import get_recipe, policy_loss, prepare_batch
+from rlvr.algo.regularizers import value_loss
+
+
+class AuditInputError(ValueError):
+    """Bad audit input; the message names the field and what would be valid."""
+
+
+@dataclass
+class AuditBatch:
+    """The JSON batch as padded (N, T) float64 tensors."""
+
+    shape: list[list[int]]  # group → response → length
+    group_ids: torch.Tensor
+    mask: torch.Tensor
+    logprobs: torch.Tensor
+    old_logprobs: torch.Tensor
+    ref_logprobs: torch.Tensor
+    values: torch.Tensor | None
+    rewards: torch.Tensor
+    correct: torch.Tensor
+    truncated: torch.Tensor
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise AuditInputError(f"{where} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise AuditInputError(f"{where} must be finite, got {value!r}")
+    return float(value)
+
+
+def _numbers(value: Any, where: str, length: int | None) -> list[float]:
+    if not isinstance(value, list) or not value:
+        raise AuditInputError(f"{where} must be a non-empty list of numbers, got {value!r}")
+    if length is not None and len(value) != length:
+        raise AuditInputError(f"{where} has {len(value)} entries; logprobs has {length}")
+    return [_number(v, f"{where}[{t}]") for t, v in enumerate(value)]
+
+
+def _response(resp: Any, where: str, needs_values: bool) -> dict[str, Any]:
+    if not isinstance(resp, dict):
+        raise AuditInputError(f"{where} must be an object, got {type(resp).__name__}")
+    if "logprobs" not in resp:
+        raise AuditInputError(f"{where}.logprobs is missing")
+    if "reward" not in resp:
+        raise AuditInputError(f"{where}.reward is missing")
+    logprobs = _numbers(resp["logprobs"], f"{where}.logprobs", None)
+    n = len(logprobs)
+    old = _numbers(resp.get("old_logprobs", logprobs), f"{where}.old_logprobs", n)
+    ref = _numbers(resp.get("ref_logprobs", old), f"{where}.ref_logprobs", n)
+    if needs_values and "values" not in resp:
+        raise AuditInputError(f"{where}.values is missing: this recipe's critic needs values")
+    values = _numbers(resp["values"], f"{where}.values", n) if needs_values else None
+    reward = _number(resp["reward"], f"{where}.reward")
+    correct = resp.get("correct", reward > 0)
+    if correct not in (0, 1, True, False):
+        raise AuditInputError(f"{where}.correct must be 0/1 or a boolean, got {correct!r}")
+    truncated = resp.get("truncated", False)
+    if not isinstance(truncated, bool):
+        raise AuditInputError(f"{where}.truncated must be true or false, got {truncated!r}")
+    return {
+        "logprobs": logprobs,
+        "old": old,
+        "ref": ref,
+        "values": values,
+        "reward": reward,
+        "correct": float(correct),
+        "truncated": truncated,
+    }
+
+
+def _pad(rows: list[list[float]], length: int) -> torch.Tensor:
+    return torch.tensor([r + [0.0] * (length - len(r)) for r in rows], dtype=torch.float64)
+
+
+def parse_batch(data: Any, needs_values: bool) -> AuditBatch:
+    """Validate the JSON batch and pad it into tensors."""
+    groups = data.get("groups") if isinstance(data, dict) else None
+    if not isinstance(groups, list) or not groups:
+        raise AuditInputError('groups must be a non-empty list of {"responses": [...]} objects')
+    parsed, group_ids, shape = [], [], []
+    for g, group in enumerate(groups):
+        responses = group.get("responses") if isinstance(group, dict) else None
+        if not isinstance(responses, list) or not responses:
+            raise AuditInputError(f"groups[{g}].responses must be a non-empty list")
+        rows = [
+            _response(r, f"groups[{g}].responses[{i}]", needs_values)
+            for i, r in enumerate(responses)
+        ]
+        parsed += rows
+        group_ids += [g] * len(rows)
+        shape.append([len(r["logprobs"]) for r in rows])
+    length = max(len(r["logprobs"]) for r in parsed)
+    col = lambda key: _pad([r[key] for r in parsed], length)  # noqa: E731
+    return AuditBatch(
+        shape=shape,
+        group_ids=torch.tensor(group_ids),
+        mask=_pad([[1.0] * len(r["logprobs"]) for r in parsed], length),
+        logprobs=col("logprobs"),
+        old_logprobs=col("old"),
+        ref_logprobs=col("ref"),
+        values=col("values") if needs_values else None,
+        rewards=torch.tensor([r["reward"] for r in parsed], dtype=torch.float64),
+        correct=torch.tensor([r["correct"] for r in parsed], dtype=torch.float64),
+        truncated=torch.tensor([r["truncated"] for r in parsed]),
+    )
+
+
+def _recipe_from(data: dict[str, Any]):
+    name = data.get("recipe")
+    overrides = dict(data.get("overrides") or {})
+    if "overlong_cache" in data:
+        overrides["overlong_cache"] = data["overlong_cache"]
+    try:
+        return get_recipe(name, **overrides)
+    except (ValueError, TypeError) as err:
+        raise AuditInputError(f"recipe: {err}") from None
+
+
+def _nest(x: torch.Tensor, shape: list[list[int]]) -> list[list[list[float]]]:
+    out, row = [], 0
+    for lengths in shape:
+        out.append([[round(float(v), 10) for v in x[row + i, :n]] for i, n in enumerate(lengths)])
+        row += len(lengths)
+    return out
+
+
+def run_audit(data: Any) -> dict[str, Any]:
+    """The audit of one JSON batch: loss, advantages, gradient and the recipe's metrics."""
+    if not isinstance(data, dict):
+        raise AuditInputError("the batch must be a JSON object with 'recipe' and 'groups'")
+    recipe = _recipe_from(data)
+    batch = parse_batch(data, recipe.needs_critic)
+    longest = max(n for lengths in batch.shape for n in lengths)
+    budget = data.get("max_new_tokens", longest)
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < longest:
+        raise AuditInputError(
+            f"max_new_tokens must be an integer ≥ the longest response ({longest}), got {budget!r}"
+        )
+    try:
+        prepared = prepare_batch(
+            recipe,
+            rewards=batch.rewards,
+            correct=batch.correct,
+            truncated=batch.truncated,
+            response_mask=batch.mask,
+            group_ids=batch.group_ids,
+            max_new_tokens=budget,
+            old_logprobs=batch.old_logprobs,
+            ref_logprobs=batch.ref_logprobs,
+            values=batch.values,
+        )
+    except ValueError as err:
+        raise AuditInputError(str(err)) from None
+    logprobs = batch.logprobs.clone().requires_grad_(True)
+    loss, stats = policy_loss(
+        recipe,
+        logprobs=logprobs,
+        old_logprobs=batch.old_logprobs,
+        advantages=prepared.advantages,
+        loss_weights=prepared.loss_weights,
+        response_mask=prepared.response_mask,
+        ref_logprobs=batch.ref_logprobs,
+        nll_weights=prepared.nll_weights,
+    )
+    loss.backward()
+    metrics = {**prepared.stats, **stats.finalize()}
+    result: dict[str, Any] = {
+        "recipe": recipe.name,
+        "loss": float(loss.detach()),
+        "advantages": _nest(prepared.advantages, batch.shape),
+        "grad": _nest(logprobs.grad, batch.shape),
+        "kept_groups": sorted({int(g) for g in batch.group_ids[prepared.keep]}),
+        "shaped_rewards": [round(float(r), 10) for r in prepared.shaped_rewards],
+    }
+    if prepared.returns is not None:
+        result["value_targets"] = _nest(prepared.returns, batch.shape)
+        per_token = value_loss(batch.values, batch.values, prepared.returns, recipe.value_clip)
+        metrics["loss/value"] = float((per_token * prepared.loss_weights).sum())
+    result["metrics"] = {k: round(v, 10) for k, v in sorted(metrics.items())}
+    return result
+
+
+def format_audit(result: dict[str, Any]) -> str:
+    """The gradient table: one line per response, Â and ∂L/∂logπ per token."""
+    lines = [
+        f"recipe {result['recipe']}   loss {result['loss']:.6f}   "
+        f"kept groups {result['kept_groups']}",
+        "",
+    ]
+    lines.append(
+        f"{'group':>5} {'resp':>4} {'len':>3} {'reward':>7}  {'Â per token':<28}  ∂L/∂logπ per token"
+    )
+    row = 0
+    for g, (advs, grads) in enumerate(zip(result["advantages"], result["grad"], strict=True)):
+        for i, (adv, grad) in enumerate(zip(advs, grads, strict=True)):
+            reward = result["shaped_rewards"][row]
+            row += 1
+            lines.append(
+                f"{g:>5} {i:>4} {len(adv):>3} {reward:>7.3f}  {_compact(adv):<28}  {_compact(grad)}"
+            )
+    lines += ["", "metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in result["metrics"].items())]
+    return "\n".join(lines)
+
+
+def _compact(values: list[float]) -> str:
+    """All-equal values as 'v ×n', otherwise the list, to keep rows short."""
+    if values and all(v == values[0] for v in values):
+        return f"{values[0]:+.4f} ×{len(values)}"
+    return " ".join(f"{v:+.4f}" for v in values)

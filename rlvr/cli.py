@@ -1,0 +1,115 @@
+"""Command line: `rlvr train | eval | compare | audit | recipes`. Only this module parses arguments."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from rlvr.algo.recipes import RECIPES, recipe_fields
+
+RECIPE_COLUMNS = ("advantage", "ratio", "surrogate", "clip", "aggregation", "kl", "selection")
+
+
+def _recipe_row(recipe) -> dict[str, str]:
+    clip = f"{1 - recipe.clip_low:g}..{1 + recipe.clip_high:g}"
+    kl = "—"
+    if recipe.kl:
+        kl = f"{recipe.kl} β={recipe.kl_coef:g} " + (
+            "in reward" if recipe.kl_in_reward else "in loss"
+        )
+    flags = {
+        "dynamic sampling": recipe.dynamic_sampling,
+        "soft overlong": recipe.overlong_penalty,
+        "overlong filter": recipe.overlong_filter,
+        "zero-adv skip": recipe.zero_adv_skip,
+        "zero-var filter": recipe.zero_variance_filter,
+        f"retire ≥{recipe.retire_threshold}": recipe.retire_threshold is not None,
+        "FP32 head": recipe.fp32_head,
+        "critic": recipe.needs_critic,
+        f"NLL μ={recipe.nll_coef:g}": recipe.nll_coef > 0,
+    }
+    return {
+        "recipe": recipe.name,
+        "advantage": recipe.advantage,
+        "ratio": recipe.ratio,
+        "surrogate": recipe.surrogate,
+        "clip": clip,
+        "aggregation": recipe.aggregation,
+        "kl": kl,
+        "selection": ", ".join(k for k, on in flags.items() if on) or "—",
+        "source": recipe.source,
+    }
+
+
+def format_table(rows: list[dict[str, str]], columns: Sequence[str]) -> str:
+    """A plain-text table with aligned columns."""
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
+    line = lambda r: "  ".join(r[c].ljust(widths[c]) for c in columns).rstrip()  # noqa: E731
+    header = {c: c for c in columns}
+    rule = {c: "-" * widths[c] for c in columns}
+    return "\n".join(line(r) for r in [header, rule, *rows])
+
+
+def cmd_recipes(args: argparse.Namespace) -> int:
+    rows = [_recipe_row(r) for r in RECIPES.values()]
+    if args.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return 0
+    print(format_table(rows, ("recipe", *RECIPE_COLUMNS, "source")))
+    if args.fields:
+        print("\nFields (override any with --set FIELD=VALUE):")
+        for name, doc in recipe_fields().items():
+            print(f"  {name:22} {doc}")
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from rlvr.audit import AuditInputError, format_audit, run_audit
+
+    try:
+        text = sys.stdin.read() if args.batch == "-" else open(args.batch).read()
+    except OSError as err:
+        return _fail(f"batch: cannot read {args.batch!r}: {err.strerror}")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        return _fail(f"batch: invalid JSON at line {err.lineno} column {err.colno}: {err.msg}")
+    if args.recipe and isinstance(data, dict):
+        data["recipe"] = args.recipe
+    try:
+        result = run_audit(data)
+    except AuditInputError as err:
+        return _fail(str(err))
+    print(format_audit(result) if args.table else json.dumps(result, indent=1))
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"rlvr: error: {message}", file=sys.stderr)
+    return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlvr", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("recipes", help="list the named recipes and the choices they make")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--fields", action="store_true", help="also document every recipe field")
+    p.set_defaults(func=cmd_recipes)
+    p = sub.add_parser("audit", help="loss, advantages and d loss/d logprob of a JSON batch")
+    p.add_argument("batch", help="JSON file, or - for standard input")
+    p.add_argument("--recipe", help="override the batch's recipe")
+    p.add_argument("--table", action="store_true", help="print a readable gradient table")
+    p.set_defaults(func=cmd_audit)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""Tasks: prompts, a prompt template and a verifier, one file per family."""
+
+from rlvr.tasks.arithmetic import ArithmeticTask
+from rlvr.tasks.base import SPLITS, Problem, SyntheticTask, Task
+from rlvr.tasks.countdown import CountdownTask
+from rlvr.tasks.registry import TASKS, make_task, task_options
+
+__all__ = [
+    "SPLITS",
+    "TASKS",
+    "ArithmeticTask",
+    "CountdownTask",
+    "Problem",
+    "SyntheticTask",
+    "Task",
+    "make_task",
+    "task_options",
+]

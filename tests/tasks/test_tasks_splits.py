@@ -1,0 +1,146 @@
+"""Properties every synthetic task must have, checked for several difficulty settings."""
+
+import pytest
+
+from rlvr.tasks import SPLITS, ArithmeticTask, CountdownTask, Problem
+
+SETTINGS = [
+    (ArithmeticTask, {"digits": 2, "ops": "+"}),
+    (ArithmeticTask, {"digits": 2, "ops": "+-*"}),
+    (ArithmeticTask, {"digits": 3, "ops": "-", "answer_format": "tagged"}),
+    (ArithmeticTask, {"digits": 5, "ops": "*"}),
+    (CountdownTask, {"num_count": 3, "max_number": 25}),
+    (CountdownTask, {"num_count": 2, "max_number": 50, "max_target": 100}),
+    (CountdownTask, {"num_count": 4, "max_number": 10}),
+]
+SIZES = {"train_size": 500, "dev_size": 50, "eval_size": 100}
+
+
+def _ids(param):
+    return (
+        param.__name__
+        if isinstance(param, type)
+        else ",".join(f"{k}={v}" for k, v in param.items())
+    )
+
+
+@pytest.mark.parametrize(("cls", "options"), SETTINGS, ids=_ids)
+def test_every_problem_is_solved_by_its_target(cls, options):
+    task = cls(**options, **SIZES)
+    for split in SPLITS:
+        for problem in task.problems(split):
+            verdict = task.verify(problem, problem.target)
+            assert verdict.correct and verdict.formatted, (problem, verdict)
+
+
+@pytest.mark.parametrize(("cls", "options"), SETTINGS, ids=_ids)
+def test_splits_have_requested_sizes_and_are_disjoint(cls, options):
+    task = cls(**options, **SIZES)
+    sizes = {split: len(task.problems(split)) for split in SPLITS}
+    assert sizes == {"train": 500, "dev": 50, "eval": 100}
+    prompts = {split: {p.prompt for p in task.problems(split)} for split in SPLITS}
+    assert sum(map(len, prompts.values())) == 650  # no duplicates within a split either
+    assert not prompts["train"] & prompts["eval"]
+    assert not prompts["train"] & prompts["dev"]
+    assert not prompts["dev"] & prompts["eval"]
+
+
+@pytest.mark.parametrize(("cls", "options"), SETTINGS, ids=_ids)
+def test_alphabet_covers_prompts_and_targets(cls, options):
+    task = cls(**options, **SIZES)
+    alphabet = set(task.alphabet)
+    assert task.alphabet == "".join(sorted(alphabet))
+    for split in SPLITS:
+        for problem in task.problems(split):
+            assert set(problem.prompt + problem.target) <= alphabet, problem
+
+
+@pytest.mark.parametrize("cls", [ArithmeticTask, CountdownTask])
+def test_same_seed_same_problems_different_seed_differs(cls):
+    first = cls(seed=3, train_size=200, dev_size=20, eval_size=30)
+    again = cls(seed=3, train_size=200, dev_size=20, eval_size=30)
+    other = cls(seed=4, train_size=200, dev_size=20, eval_size=30)
+    for split in SPLITS:
+        assert first.problems(split) == again.problems(split)
+        assert first.problems(split) != other.problems(split)
+
+
+@pytest.mark.parametrize("cls", [ArithmeticTask, CountdownTask])
+def test_eval_split_does_not_depend_on_train_size(cls):
+    small = cls(train_size=10, dev_size=20, eval_size=30)
+    large = cls(train_size=300, dev_size=20, eval_size=30)
+    assert small.problems("eval") == large.problems("eval")
+    assert small.problems("dev") == large.problems("dev")
+
+
+def test_global_random_state_is_untouched():
+    import random
+
+    random.seed(123)
+    expected = random.random()
+    random.seed(123)
+    ArithmeticTask(train_size=50, dev_size=5, eval_size=5).problems("train")
+    CountdownTask(train_size=50, dev_size=5, eval_size=5).problems("train")
+    assert random.random() == expected
+
+
+def test_uids_are_stable_and_named_by_split():
+    task = ArithmeticTask(train_size=3, dev_size=2, eval_size=1)
+    assert [p.uid for p in task.problems("train")] == [
+        "arithmetic/train/0",
+        "arithmetic/train/1",
+        "arithmetic/train/2",
+    ]
+    assert [p.uid for p in task.problems("eval")] == ["arithmetic/eval/0"]
+
+
+def test_problems_returns_a_copy():
+    task = ArithmeticTask(train_size=3, dev_size=0, eval_size=0)
+    task.problems("train").clear()
+    assert len(task.problems("train")) == 3
+
+
+def test_unknown_split_is_named():
+    with pytest.raises(ValueError, match=r"unknown split 'test'.*train, dev, eval"):
+        ArithmeticTask(train_size=1).problems("test")
+
+
+def test_too_small_problem_space_says_what_to_do():
+    task = ArithmeticTask(digits=1, ops="+", train_size=200, dev_size=0, eval_size=0)
+    with pytest.raises(ValueError, match="only 100 distinct problems"):
+        task.problems("train")
+
+
+@pytest.mark.parametrize("field", ["train_size", "dev_size", "eval_size"])
+def test_bad_sizes_are_named(field):
+    with pytest.raises(ValueError, match=f"{field} must be a non-negative integer, got -1"):
+        CountdownTask(**{field: -1})
+
+
+@pytest.mark.parametrize("cls", [ArithmeticTask, CountdownTask])
+def test_hostile_completions_give_verdicts(cls):
+    task = cls(train_size=5, dev_size=0, eval_size=0)
+    problem = task.problems("train")[0]
+    hostile = [
+        "x" * 2_000_000,
+        "\\boxed{" + "(" * 10_000 + "1" + ")" * 10_000 + "}",
+        "\\boxed{" + "-" * 150 + "1}",
+        "\\boxed{" + "9" * 5000 + "}",
+        "\\boxed{" + "*".join(["99"] * 60) + "}",
+        "\\boxed{\u202e\U0001f600\x00\udcff١٢٣}",
+        "<answer>" * 10_000,
+        "\\boxed{" * 10_000,
+        "",
+        None,
+        b"\\boxed{1}",
+    ]
+    for completion in hostile:
+        verdict = task.verify(problem, completion)
+        assert not verdict.correct
+
+
+def test_verify_with_a_foreign_problem_is_a_verdict():
+    task = CountdownTask(train_size=1, dev_size=0, eval_size=0)
+    foreign = Problem("x/train/0", "Q: 1+1=? A:", "2", " \\boxed{2}")
+    verdict = task.verify(foreign, " \\boxed{2}")
+    assert not verdict.correct and "not a countdown prompt" in verdict.reason
