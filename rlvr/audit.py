@@ -124,7 +124,10 @@ def parse_batch(data: Any, needs_values: bool) -> AuditBatch:
 
 def _recipe_from(data: dict[str, Any]):
     name = data.get("recipe")
-    overrides = dict(data.get("overrides") or {})
+    overrides = data.get("overrides") or {}
+    if not isinstance(overrides, dict):
+        raise AuditInputError(f"overrides must be an object of recipe fields, got {overrides!r}")
+    overrides = dict(overrides)
     if "overlong_cache" in data:
         overrides["overlong_cache"] = data["overlong_cache"]
     try:

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from rlvr.algo.recipes import RECIPES, recipe_fields
 
@@ -69,7 +70,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from rlvr.audit import AuditInputError, format_audit, run_audit
 
     try:
-        text = sys.stdin.read() if args.batch == "-" else open(args.batch).read()
+        text = sys.stdin.read() if args.batch == "-" else Path(args.batch).read_text()
     except OSError as err:
         return _fail(f"batch: cannot read {args.batch!r}: {err.strerror}")
     try:
@@ -86,6 +87,36 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from rlvr.train import resolve_config, run_training
+    from rlvr.train.config import load_yaml
+
+    try:
+        base = load_yaml(args.config) if args.config else {}
+        cfg = resolve_config(
+            base,
+            args.set,
+            recipe=args.recipe,
+            task=args.task,
+            steps=args.steps,
+            seed=args.seed,
+            out=args.out,
+            model=args.model,
+            progress=False if args.no_progress else None,
+        )
+    except ValueError as err:
+        return _fail(str(err))
+    summary = run_training(cfg)
+    before, after = summary["initial"], summary["final"]
+    print(
+        f"held-out accuracy: {before['eval/accuracy']:.3f} → {after['eval/accuracy']:.3f} "
+        f"(greedy {before['eval/greedy_accuracy']:.3f} → {after['eval/greedy_accuracy']:.3f}, "
+        f"{len(summary['final_eval_items'])} problems); "
+        f"wrote {cfg.out}/summary.json, metrics.jsonl, curves.png, checkpoint/"
+    )
+    return 0
+
+
 def _fail(message: str) -> int:
     print(f"rlvr: error: {message}", file=sys.stderr)
     return 2
@@ -98,6 +129,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--fields", action="store_true", help="also document every recipe field")
     p.set_defaults(func=cmd_recipes)
+    p = sub.add_parser("train", help="train a policy with a recipe on a task")
+    p.add_argument("--config", help="YAML config file (keys: see `rlvr train --help-config`)")
+    p.add_argument("--recipe", help="named recipe (see `rlvr recipes`)")
+    p.add_argument("--task", help="task name: arithmetic, countdown")
+    p.add_argument("--model", help="'embedded', a local model directory or a hub id")
+    p.add_argument("--steps", type=int, help="optimizer steps on rollout batches")
+    p.add_argument("--seed", type=int, help="seed of the RL run")
+    p.add_argument("--out", help="output directory")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config or recipe field, e.g. --set clip_high=0.3 "
+        "or --set task_options.digits=3 (repeatable)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_train)
     p = sub.add_parser("audit", help="loss, advantages and d loss/d logprob of a JSON batch")
     p.add_argument("batch", help="JSON file, or - for standard input")
     p.add_argument("--recipe", help="override the batch's recipe")

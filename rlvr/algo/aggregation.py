@@ -27,11 +27,13 @@ def aggregation_weights(
     - seq_mean_token_sum:  1/N_seq
     - constant:            1/(N_seq·L_budget), L_budget = max new tokens   Dr. GRPO (2503.20783)
     - prompt_mean:         (1/P)·1/Σ_{j∈g(i)} |y_j|            ScaleRL (arXiv 2510.13786, §3.2)
-    N_seq counts responses, P counts prompt groups, both over the whole batch.
+    N_seq counts responses and P prompt groups over the whole batch; a response whose mask
+    is all zero (filtered, e.g. overlong) has left the batch and is not counted.
     """
     mask = response_mask.to(torch.float64)
     lengths = mask.sum(-1)  # (N,)
-    num_seq = max(int(mask.shape[0]), 1)
+    present = lengths > 0
+    num_seq = max(int(present.sum()), 1)
     if mode == "seq_mean_token_mean":
         per_seq = 1.0 / (num_seq * lengths.clamp(min=1))
     elif mode == "token_mean":
@@ -43,7 +45,7 @@ def aggregation_weights(
             raise ValueError("aggregation 'constant' needs max_new_tokens > 0 (the budget L)")
         per_seq = torch.full_like(lengths, 1.0 / (num_seq * max_new_tokens))
     elif mode == "prompt_mean":
-        num_prompts = int(torch.unique(group_ids).numel())
+        num_prompts = int(torch.unique(group_ids[present]).numel())
         group_tokens = group_sum(lengths, group_ids)
         per_seq = 1.0 / (max(num_prompts, 1) * group_tokens.clamp(min=1))
     else:

@@ -28,9 +28,9 @@ def gae(
     for t in reversed(range(length)):
         valid = response_mask[:, t]
         delta = token_rewards[:, t] + gamma * next_value - values[:, t]
-        running = (delta + gamma * lam_t * running) * valid
-        advantages[:, t] = running
-        # Padding passes the next valid state's value and running sum through unchanged.
+        # Masked positions pass the next valid state's value and running sum through.
+        running = torch.where(valid > 0, delta + gamma * lam_t * running, running)
+        advantages[:, t] = running * valid
         next_value = torch.where(valid > 0, values[:, t], next_value)
     returns = (advantages + values) * response_mask
     return advantages, returns

@@ -109,7 +109,6 @@ def prepare_batch(
     sub = lambda x: None if x is None else x[rows]  # noqa: E731
     advantages = torch.zeros_like(mask, dtype=torch.float64)
     returns = torch.zeros_like(advantages) if recipe.needs_critic else None
-    weights = torch.zeros_like(advantages)
     if len(rows):
         adv, ret = compute_advantages(
             recipe, reward[rows], group_ids[rows], mask[rows].double(), sub(kl), sub(values)
@@ -117,10 +116,7 @@ def prepare_batch(
         advantages[rows] = adv.double()
         if returns is not None:
             returns[rows] = ret.double()
-        weights[rows] = aggregation_weights(
-            recipe.aggregation, mask[rows].double(), group_ids[rows], max_new_tokens
-        )
-    nll = _nll_weights(mask, correct) if recipe.nll_coef else None
+    weights, nll = step_weights(recipe, mask.double(), group_ids, correct, keep, max_new_tokens)
     stats = _batch_stats(keep, reward, correct, group_ids, mask, advantages)
     dtype = response_mask.dtype
     cast = lambda x: None if x is None else x.to(dtype)  # noqa: E731
@@ -129,10 +125,30 @@ def prepare_batch(
     )
 
 
-def _nll_weights(mask: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
-    """Token-mean weights over the tokens of correct responses (VAPO §4.3 positive NLL)."""
-    positive = mask * correct.to(mask.dtype)[:, None]
-    return positive / positive.sum().clamp(min=1)
+def step_weights(
+    recipe: Recipe,
+    response_mask: torch.Tensor,
+    group_ids: torch.Tensor,
+    correct: torch.Tensor,
+    rows: torch.Tensor,
+    max_new_tokens: int,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Aggregation weights (and NLL weights) of one optimizer step's rows, from its counts.
+
+    `rows` (N,) bool selects the rows of this optimizer step (the whole batch, or one
+    minibatch when a rollout batch feeds several steps); all other rows get weight 0.
+    NLL weights (VAPO §4.3): token mean over the step's correct responses.
+    """
+    weights = torch.zeros_like(response_mask)
+    idx = rows.nonzero().squeeze(-1)
+    if len(idx):
+        weights[idx] = aggregation_weights(
+            recipe.aggregation, response_mask[idx], group_ids[idx], max_new_tokens
+        )
+    if not recipe.nll_coef:
+        return weights, None
+    positive = response_mask * (correct.to(response_mask.dtype) * rows)[:, None]
+    return weights, positive / positive.sum().clamp(min=1)
 
 
 def _batch_stats(keep, reward, correct, group_ids, mask, advantages) -> dict[str, float]:

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field, fields
 
 from rlvr.algo.aggregation import AGGREGATIONS
+from rlvr.algo.fields_check import check_field_types
 from rlvr.algo.ratios import RATIOS
 from rlvr.algo.regularizers import KL_ESTIMATORS
 from rlvr.algo.surrogates import SURROGATES
@@ -70,6 +71,7 @@ class Recipe:
     fp32_head: bool = _doc("LM-head logits in FP32 in sampler and trainer", False)
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         _check_choice("advantage", self.advantage, ADVANTAGES)
         _check_choice("ratio", self.ratio, tuple(RATIOS))
         _check_choice("surrogate", self.surrogate, tuple(SURROGATES))
@@ -87,6 +89,8 @@ class Recipe:
                 f"kl_in_reward=True needs a token-reward advantage "
                 f"({', '.join(sorted(TOKEN_REWARD_ADVANTAGES))}), got advantage={self.advantage!r}"
             )
+        if self.kl_coef < 0:
+            raise ValueError(f"kl_coef must be ≥ 0, got {self.kl_coef}")
         if self.kl_coef and self.kl is None:
             raise ValueError(
                 f"kl_coef={self.kl_coef} needs kl set to one of {', '.join(KL_ESTIMATORS)}"

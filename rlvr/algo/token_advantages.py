@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.algo.groups import group_mean
+from rlvr.algo.advantages import group_mean_baseline
 from rlvr.algo.whiten import masked_whiten
 
 
@@ -51,6 +51,10 @@ def reinforce_pp(
 def reinforce_pp_baseline(
     rewards: torch.Tensor, group_ids: torch.Tensor, response_mask: torch.Tensor
 ) -> torch.Tensor:
-    """REINFORCE++-baseline: x_i = r_i − mean_g r on every token; Â = whiten(x) over the batch."""
-    centred = rewards - group_mean(rewards, group_ids)
+    """REINFORCE++-baseline: x_i = r_i − mean_g r on every token; Â = whiten(x) over the batch.
+
+    Constant groups get x = 0 exactly (as in `group_mean_baseline`), so the zero-advantage
+    skip recognises them; whitening then shifts them by −mean/std like every other row.
+    """
+    centred = group_mean_baseline(rewards, group_ids)
     return masked_whiten(centred[:, None] * response_mask, response_mask)

@@ -1,0 +1,96 @@
+"""The trainer's forward pass: per-token log-probabilities of sampled responses.
+
+Rows are `prompt + response`, right-padded, run in one forward pass. The LM head and the
+log-softmax run in float32 (the "FP32 LM head" of MiniMax-M1, arXiv:2506.13585, which
+found that low-precision logits make trainer and sampler probabilities disagree), so a
+bf16 policy gives the same numbers as the sampler's float32 computation.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def pack_prompt_response(
+    prompt_ids: list[list[int]],
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    pad_id: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded `prompt + response` rows and where each response starts.
+
+    Returns `input_ids` (B, L), `attention_mask` (B, L) and `starts` (B,) with `L` =
+    max(len(prompt)) + T. Response token t of row b sits at column `starts[b] + t`.
+    """
+    batch, steps = response_ids.shape
+    if len(prompt_ids) != batch:
+        raise ValueError(f"{len(prompt_ids)} prompts for {batch} responses")
+    lengths = torch.tensor([len(p) for p in prompt_ids], dtype=torch.long)
+    if (lengths == 0).any():
+        raise ValueError("every prompt needs at least one token to condition the response on")
+    width = int(lengths.max()) + steps
+    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((batch, width), dtype=torch.long)
+    cols = lengths[:, None] + torch.arange(steps)[None, :]  # (B, T)
+    for b, prompt in enumerate(prompt_ids):
+        input_ids[b, : len(prompt)] = torch.tensor(prompt, dtype=torch.long)
+        attention_mask[b, : len(prompt)] = 1
+    input_ids.scatter_(1, cols, response_ids.long().cpu())
+    attention_mask.scatter_(1, cols, (response_mask.cpu() > 0).long())
+    return input_ids, attention_mask, lengths
+
+
+def lm_head_logits(model: torch.nn.Module, hidden: torch.Tensor, fp32_head: bool) -> torch.Tensor:
+    """Logits from final hidden states; with `fp32_head` the matmul itself runs in float32."""
+    head = model.get_output_embeddings()
+    if not fp32_head:
+        return head(hidden).float()
+    bias = None if head.bias is None else head.bias.float()
+    return F.linear(hidden.float(), head.weight.float(), bias)
+
+
+def response_logprobs(
+    model: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    pad_id: int,
+    temperature: float = 1.0,
+    fp32_head: bool = True,
+    return_entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """log π(y_t | x, y_<t) of every response token under `softmax(logits / temperature)`.
+
+    Returns `logprobs` (B, T), 0 where `response_mask` is 0, differentiable w.r.t. the
+    model; with `return_entropy`, also the per-token entropy (B, T) of that distribution.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    device = next(model.parameters()).device
+    input_ids, attention_mask, starts = pack_prompt_response(
+        prompt_ids, response_ids, response_mask, pad_id
+    )
+    # Positions count real tokens only, so they match the left-padded sampler exactly.
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    hidden = model.base_model(
+        input_ids=input_ids.to(device),
+        attention_mask=attention_mask.to(device),
+        position_ids=position_ids.to(device),
+        use_cache=False,
+    ).last_hidden_state  # (B, L, H)
+    steps = response_ids.shape[1]
+    # Token t of the response is predicted from the hidden state one column before it.
+    cols = (starts[:, None] - 1 + torch.arange(steps)[None, :]).to(device)  # (B, T)
+    hidden = hidden.gather(1, cols[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, T, H)
+    logits = lm_head_logits(model, hidden, fp32_head) / temperature  # (B, T, V) float32
+    log_probs = logits.log_softmax(-1)
+    valid = response_mask.to(device) > 0
+    targets = response_ids.to(device).long()
+    token_logprobs = log_probs.gather(-1, targets[..., None]).squeeze(-1)
+    # where, not multiply: a -inf log-prob at a padded position would turn into NaN.
+    token_logprobs = torch.where(valid, token_logprobs, torch.zeros_like(token_logprobs))
+    if not return_entropy:
+        return token_logprobs
+    entropy = -(log_probs.exp() * log_probs.clamp(min=torch.finfo(log_probs.dtype).min)).sum(-1)
+    return token_logprobs, torch.where(valid, entropy, torch.zeros_like(entropy))

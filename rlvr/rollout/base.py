@@ -1,0 +1,86 @@
+"""The rollout interface: what the training loop asks of any generation engine.
+
+An engine turns prompts into `group_size` sampled responses each, and reports the
+sampling distribution's log-probabilities so the trainer can measure how far its own
+forward pass has drifted from the sampler (truncated importance sampling, off-policy
+correction). The HF engine implements it here; a vLLM engine and remote Ray actors
+implement the same protocol.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How responses are sampled."""
+
+    group_size: int = 8
+    """Responses per prompt; a group's responses are contiguous in the batch."""
+    temperature: float = 1.0
+    """Logits are divided by this before the softmax; must be > 0."""
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
+    max_new_tokens: int = 16
+    """A response that has not emitted EOS after this many tokens is truncated."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.group_size, int) or self.group_size < 1:
+            raise ValueError(f"group_size must be an integer >= 1, got {self.group_size!r}")
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+
+
+@dataclass
+class Generation:
+    """A batch of sampled responses, B = len(prompts) × group_size rows."""
+
+    prompt_ids: list[list[int]]
+    """(B) the prompt's token ids, one list per response."""
+    response_ids: torch.Tensor
+    """(B, T) long, right-padded with the pad id; T = the longest response in the batch."""
+    response_mask: torch.Tensor
+    """(B, T) float32: 1 for every generated token, the EOS token included."""
+    sampler_logprobs: torch.Tensor
+    """(B, T) float32: log-prob under softmax(logits / temperature), before top-p
+    truncation; 0 where the mask is 0."""
+    truncated: torch.Tensor
+    """(B,) bool: hit max_new_tokens without emitting EOS."""
+    prompt_index: torch.Tensor
+    """(B,) long: index into the prompts list."""
+    texts: list[str]
+    """Decoded responses, without EOS or padding."""
+
+    def __post_init__(self) -> None:
+        batch, steps = self.response_ids.shape
+        for name in ("response_mask", "sampler_logprobs"):
+            if tuple(getattr(self, name).shape) != (batch, steps):
+                raise ValueError(
+                    f"{name} has shape {tuple(getattr(self, name).shape)}, "
+                    f"expected {(batch, steps)}"
+                )
+        sizes = {len(self.prompt_ids), len(self.texts), len(self.truncated), len(self.prompt_index)}
+        if sizes != {batch}:
+            raise ValueError(f"per-row fields disagree with the batch size {batch}: {sizes}")
+
+    @property
+    def response_lengths(self) -> torch.Tensor:
+        """(B,) long: generated tokens per response, EOS included."""
+        return self.response_mask.sum(-1).long()
+
+
+class RolloutEngine(Protocol):
+    """Anything that samples `params.group_size` responses for each prompt."""
+
+    def generate(
+        self, prompts: list[str], params: SamplingParams, generator: torch.Generator
+    ) -> Generation: ...

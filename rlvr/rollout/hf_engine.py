@@ -1,0 +1,153 @@
+"""Rollouts with a Hugging Face causal LM: batched sampling with a KV cache.
+
+Every prompt is repeated `group_size` times and left-padded, so all rows decode in
+lock-step; the logits go through the same float32 LM head as the trainer's forward
+(`rlvr.models.logprobs`), so `sampler_logprobs` matches the trainer's log-probs up to
+floating-point reduction order.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import DynamicCache
+
+from rlvr.models.logprobs import lm_head_logits
+from rlvr.models.tokenizer import Tokenizer
+from rlvr.rollout.base import Generation, SamplingParams
+
+
+def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Zero every token outside the nucleus: the smallest most-probable set whose mass
+    reaches `top_p` (Holtzman et al., arXiv:1904.09751). Returns unnormalised (B, V)."""
+    if top_p >= 1.0:
+        return probs
+    sorted_probs, order = probs.sort(-1, descending=True)
+    mass_before = sorted_probs.cumsum(-1) - sorted_probs  # the top token always survives
+    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
+    return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+
+
+def _cache_kwarg(model: torch.nn.Module) -> str:
+    """transformers 5 renamed `past_key_values` to `cache`; accept either."""
+    params = inspect.signature(model.base_model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+class HFEngine:
+    """`RolloutEngine` over an in-process `transformers` causal LM."""
+
+    def __init__(
+        self, model: torch.nn.Module, tokenizer: Tokenizer, fp32_head: bool = True
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.fp32_head = fp32_head
+        self._cache_kwarg = _cache_kwarg(model)
+
+    def generate(
+        self, prompts: list[str], params: SamplingParams, generator: torch.Generator
+    ) -> Generation:
+        """Sample `params.group_size` responses per prompt; deterministic given `generator`."""
+        if not prompts:
+            raise ValueError("generate needs at least one prompt")
+        encoded = [self.tokenizer.encode(p) for p in prompts]
+        for i, ids in enumerate(encoded):
+            if not ids:
+                raise ValueError(f"prompt {i} ({prompts[i]!r}) encodes to no tokens")
+        prompt_ids = [ids for ids in encoded for _ in range(params.group_size)]
+        prompt_index = torch.arange(len(prompts)).repeat_interleave(params.group_size)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                tokens, logprobs, lengths = self._decode(prompt_ids, params, generator)
+        finally:
+            self.model.train(was_training)
+        return self._package(prompt_ids, prompt_index, tokens, logprobs, lengths, params)
+
+    def _next_logits(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
+        hidden = self.model.base_model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=True,
+            **{self._cache_kwarg: cache},
+        ).last_hidden_state[:, -1]  # (B, H)
+        return lm_head_logits(self.model, hidden, self.fp32_head)  # (B, V) float32
+
+    def _decode(
+        self, prompt_ids: list[list[int]], params: SamplingParams, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Incremental decoding of `group_size` samples per prompt. Returns tokens (B, T),
+        their log-probs (B, T) and response lengths (B,) counting EOS; entries past a
+        row's length are garbage for `_package` to mask."""
+        device = next(self.model.parameters()).device
+        group = params.group_size
+        # A group shares its prompt: prefill each prompt once, then copy its KV cache.
+        input_ids, attention_mask = left_pad(
+            prompt_ids[::group], self.tokenizer.pad_token_id, device
+        )
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        logits = self._next_logits(input_ids, attention_mask, position_ids, cache)
+        logits = logits.repeat_interleave(group, 0)  # (B, V)
+        cache.batch_repeat_interleave(group)
+        attention_mask = attention_mask.repeat_interleave(group, 0)
+        position_ids = position_ids[:, -1:].repeat_interleave(group, 0)
+        batch = len(prompt_ids)
+        lengths = torch.full((batch,), params.max_new_tokens, dtype=torch.long, device=device)
+        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        tokens, logprobs = [], []
+        for step in range(params.max_new_tokens):
+            if step > 0:
+                attention_mask = torch.cat([attention_mask, attention_mask.new_ones(batch, 1)], -1)
+                position_ids = position_ids + 1
+                logits = self._next_logits(tokens[-1][:, None], attention_mask, position_ids, cache)
+            log_probs = (logits / params.temperature).log_softmax(-1)  # (B, V)
+            probs = top_p_filter(log_probs.exp(), params.top_p)
+            token = torch.multinomial(probs.to(generator.device), 1, generator=generator)
+            token = token.to(device)  # (B, 1)
+            tokens.append(token[:, 0])
+            logprobs.append(log_probs.gather(-1, token)[:, 0])
+            ended = ~done & (token[:, 0] == self.tokenizer.eos_token_id)
+            lengths = torch.where(ended, step + 1, lengths)
+            done |= ended
+            if bool(done.all()):
+                break
+        return torch.stack(tokens, -1), torch.stack(logprobs, -1), lengths
+
+    def _package(self, prompt_ids, prompt_index, tokens, logprobs, lengths, params) -> Generation:
+        tokens, logprobs, lengths = tokens.cpu(), logprobs.cpu().float(), lengths.cpu()
+        steps = tokens.shape[1]
+        mask = torch.arange(steps)[None, :] < lengths[:, None]  # (B, T)
+        eos = self.tokenizer.eos_token_id
+        truncated = tokens.gather(1, (lengths - 1)[:, None])[:, 0] != eos
+        texts = [
+            self.tokenizer.decode(row[: n - (not cut)].tolist(), skip_special=True)
+            for row, n, cut in zip(tokens, lengths.tolist(), truncated.tolist(), strict=True)
+        ]
+        return Generation(
+            prompt_ids=prompt_ids,
+            response_ids=tokens.masked_fill(~mask, self.tokenizer.pad_token_id),
+            response_mask=mask.float(),
+            sampler_logprobs=logprobs.masked_fill(~mask, 0.0),
+            truncated=truncated,
+            prompt_index=prompt_index,
+            texts=texts,
+        )
+
+
+def left_pad(
+    rows: list[list[int]], pad_id: int, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded `input_ids` (B, P) and `attention_mask` (B, P) of token-id lists."""
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, row in enumerate(rows):
+        if row:
+            input_ids[b, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            attention_mask[b, width - len(row) :] = 1
+    return input_ids.to(device), attention_mask.to(device)

@@ -1,0 +1,169 @@
+"""The training configuration: one flat, documented, validated dataclass.
+
+A run is fully described by a `TrainConfig` plus a recipe (by name, with any recipe field
+overridden at the top level). YAML files and `--set key=value` overrides both go through
+`resolve_config`, which rejects unknown keys and invalid values with a message naming them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlvr.algo.fields_check import check_field_types
+from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
+
+
+def _doc(text: str, default: Any) -> Any:
+    return field(default=default, metadata={"doc": text})
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs besides the recipe's choices."""
+
+    recipe: str = _doc("named recipe (`rlvr recipes`); any recipe field may be set too", "grpo")
+    task: str = _doc("task name: arithmetic, countdown", "arithmetic")
+    task_options: dict = field(default_factory=dict, metadata={"doc": "task constructor options"})
+    model: str = _doc("'embedded' (tiny warm-started policy), a local path or hub id", "embedded")
+    warm_target: float = _doc("dev accuracy at which the embedded warm start stops", 0.3)
+    warm_seed: int = _doc("seed of the embedded warm start (shared by all RL seeds)", 0)
+    seed: int = _doc("seed of the RL run: data order and sampling", 0)
+    steps: int = _doc("optimizer steps on rollout batches (policy updates)", 50)
+    prompts_per_step: int = _doc("prompt groups per rollout batch", 16)
+    group_size: int = _doc("responses sampled per prompt (G)", 8)
+    max_new_tokens: int = _doc("response budget in tokens (L_max)", 14)
+    temperature: float = _doc("sampling temperature for training rollouts", 1.0)
+    top_p: float = _doc("nucleus sampling for training rollouts", 1.0)
+    lr: float = _doc("policy learning rate (AdamW)", 1e-4)
+    weight_decay: float = _doc("AdamW weight decay", 0.0)
+    max_grad_norm: float = _doc("gradient clipping by global norm; 0 disables", 1.0)
+    num_minibatches: int = _doc("optimizer steps per rollout batch (off-policy updates)", 1)
+    ppo_epochs: int = _doc("passes over each rollout batch", 1)
+    micro_batch_size: int = _doc("rows per forward/backward (gradient accumulation)", 64)
+    critic_lr: float = _doc("critic learning rate (critic recipes)", 1e-3)
+    eval_every: int = _doc("evaluate every N steps (also before the first and after the last)", 10)
+    eval_size: int = _doc("held-out problems per evaluation (0: the whole eval split)", 200)
+    eval_samples: int = _doc("samples per eval problem at the training temperature", 1)
+    think_budget: int | None = _doc("forced length interruption: tokens before an end phrase", None)
+    out: str = _doc("output directory", "runs/latest")
+    progress: bool = _doc("show progress bars", True)
+    overrides: dict = field(default_factory=dict, metadata={"doc": "recipe fields overridden"})
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        positive = (
+            "steps",
+            "prompts_per_step",
+            "group_size",
+            "max_new_tokens",
+            "num_minibatches",
+            "ppo_epochs",
+            "micro_batch_size",
+            "eval_every",
+            "eval_samples",
+        )
+        for name in positive:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer ≥ 1, got {value!r}")
+        for name in ("lr", "critic_lr", "temperature"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.num_minibatches > self.prompts_per_step:
+            raise ValueError(
+                f"num_minibatches={self.num_minibatches} exceeds prompts_per_step="
+                f"{self.prompts_per_step}: minibatches are split by prompt group"
+            )
+        if self.recipe not in RECIPES:
+            raise ValueError(f"recipe={self.recipe!r} is unknown; valid: {', '.join(RECIPES)}")
+        self.build_recipe()  # validates the overrides
+
+    def build_recipe(self) -> Recipe:
+        return get_recipe(self.recipe, **self.overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fully resolved config: training fields and every recipe field, flat."""
+        data = asdict(self)
+        data.pop("overrides")
+        recipe = asdict(self.build_recipe())
+        recipe.pop("name")
+        recipe.pop("source")
+        return {**data, **recipe}
+
+
+TRAIN_KEYS = {f.name for f in fields(TrainConfig)} - {"overrides"}
+RECIPE_KEYS = set(recipe_fields()) - {"name", "source"}
+
+
+def config_docs() -> dict[str, str]:
+    return {f.name: f.metadata.get("doc", "") for f in fields(TrainConfig) if f.name != "overrides"}
+
+
+def parse_value(text: str) -> Any:
+    """A `--set` value parsed as YAML: 0.3 → float, true → bool, null → None, abc → 'abc'."""
+    return yaml.safe_load(text) if text.strip() else ""
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Apply one `key=value` or `dotted.key=value` override to a nested dict, in place."""
+    if "=" not in assignment:
+        raise ValueError(f"--set expects KEY=VALUE, got {assignment!r}")
+    key, text = assignment.split("=", 1)
+    parts = key.strip().split(".")
+    target = data
+    for part in parts[:-1]:
+        target = target.setdefault(part, {})
+        if not isinstance(target, dict):
+            raise ValueError(f"--set {key}: {part!r} is not a mapping")
+    target[parts[-1]] = parse_value(text)
+
+
+def resolve_config(
+    base: dict[str, Any] | None = None, sets: list[str] | None = None, **explicit: Any
+) -> TrainConfig:
+    """Merge a YAML dict, `--set` overrides and explicit values (in that order of priority,
+    lowest first) into a validated `TrainConfig`. Unknown keys are rejected by name."""
+    data = dict(base or {})
+    for assignment in sets or []:
+        apply_override(data, assignment)
+    data.update({k: v for k, v in explicit.items() if v is not None})
+    unknown = sorted(set(data) - TRAIN_KEYS - RECIPE_KEYS)
+    if unknown:
+        raise ValueError(
+            f"unknown config key(s): {', '.join(unknown)}; valid training keys: "
+            f"{', '.join(sorted(TRAIN_KEYS))}; recipe fields: see `rlvr recipes --fields`"
+        )
+    recipe_name = data.get("recipe", "grpo")
+    base_recipe = RECIPES.get(recipe_name)
+    overrides = {}
+    for key in RECIPE_KEYS & set(data):
+        value = data.pop(key)
+        # A resolved config.yaml repeats every recipe field; only differences are overrides.
+        if base_recipe is None or getattr(base_recipe, key) != value:
+            overrides[key] = value
+    try:
+        return TrainConfig(**data, overrides=overrides)
+    except TypeError as err:
+        raise ValueError(f"invalid config: {err}") from None
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file; errors name the file."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as err:
+        raise ValueError(f"config file {str(path)!r}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"config file {str(path)!r} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"config file {str(path)!r} must hold a mapping, got {type(data).__name__}"
+        )
+    return data

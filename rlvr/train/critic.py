@@ -1,0 +1,69 @@
+"""Critic updates for PPO and VAPO: clipped value regression onto GAE value targets."""
+
+from __future__ import annotations
+
+import torch
+
+from rlvr.algo.aggregation import aggregation_weights
+from rlvr.algo.regularizers import value_loss
+from rlvr.models.value import ValueModel
+from rlvr.train.rollout_batch import Rollout
+
+
+def critic_values(
+    critic: ValueModel, rollout: Rollout, pad_id: int, micro_batch_size: int
+) -> torch.Tensor:
+    """V_old (B, T) of every row, without gradient."""
+    with torch.no_grad():
+        parts = [
+            critic(
+                [rollout.prompt_ids[i] for i in rows.tolist()],
+                rollout.response_ids[rows],
+                rollout.response_mask[rows],
+                pad_id,
+            )
+            for rows in torch.split(torch.arange(len(rollout)), micro_batch_size)
+        ]
+    return torch.cat(parts)
+
+
+def critic_update(
+    critic: ValueModel,
+    optimizer: torch.optim.Optimizer,
+    rollout: Rollout,
+    returns: torch.Tensor,
+    response_mask: torch.Tensor,
+    rows: torch.Tensor,
+    *,
+    clip_range: float | None,
+    pad_id: int,
+    micro_batch_size: int,
+    max_grad_norm: float,
+) -> float:
+    """One optimizer step of L_V = token_mean ½·max((V−R)², (clip(V, V_old±c)−R)²) on `rows`.
+
+    Returns the loss value. Token-mean weights come from the step's global token count, so
+    micro-batching does not change the gradient.
+    """
+    index = rows.nonzero().squeeze(-1)
+    weights = torch.zeros_like(response_mask)
+    weights[index] = aggregation_weights(
+        "token_mean", response_mask[index], rollout.group_ids[index]
+    )
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    for micro in torch.split(index, micro_batch_size):
+        values = critic(
+            [rollout.prompt_ids[i] for i in micro.tolist()],
+            rollout.response_ids[micro],
+            response_mask[micro],
+            pad_id,
+        )
+        per_token = value_loss(values, rollout.values[micro], returns[micro], clip_range)
+        loss = (per_token * weights[micro]).sum()
+        loss.backward()
+        total += float(loss.detach())
+    if max_grad_norm > 0:
+        torch.nn.utils.clip_grad_norm_(critic.parameters(), max_grad_norm)
+    optimizer.step()
+    return total

@@ -1,0 +1,367 @@
+"""The one training loop. Every recipe runs through it; it calls what the recipe holds.
+
+    sample groups → verify → select/shape → advantages → policy (and critic) updates → log
+
+The loop never branches on a recipe's name. Held-out evaluation runs before the first
+step, every `eval_every` steps and after the last.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from rlvr.algo import prepare_batch
+from rlvr.algo.gae import gae
+from rlvr.algo.token_advantages import outcome_token_rewards
+from rlvr.eval import evaluate_policy
+from rlvr.models import load_policy, response_logprobs
+from rlvr.models.value import ValueModel
+from rlvr.rollout import HFEngine, SamplingParams
+from rlvr.tasks import make_task
+from rlvr.train.checkpoint import save_checkpoint
+from rlvr.train.config import TrainConfig
+from rlvr.train.critic import critic_update, critic_values
+from rlvr.train.logger import MetricsLogger
+from rlvr.train.plots import plot_run
+from rlvr.train.progress import progress_bar
+from rlvr.train.prompt_pool import PromptPool
+from rlvr.train.rollout_batch import Rollout
+from rlvr.train.sampling import collect_rollouts
+from rlvr.train.update import UpdateSettings, minibatch_rows, policy_update
+
+EVAL_SEED_OFFSET = 1_000_003
+
+
+@dataclass
+class RunTotals:
+    """Running totals of what the run cost, for summary.json."""
+
+    generated_tokens: float = 0.0
+    discarded_tokens: float = 0.0
+    skipped_updates: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def add(self, metrics: dict[str, float]) -> None:
+        self.generated_tokens += metrics.get("rollout/generated_tokens", 0.0)
+        self.discarded_tokens += metrics.get("rollout/discarded_tokens", 0.0)
+        self.skipped_updates += int(metrics.get("train/update_skipped", 0.0))
+        for key, value in metrics.items():
+            if key.startswith("time/"):
+                self.seconds[key] = self.seconds.get(key, 0.0) + value
+
+
+class Trainer:
+    """Holds the run's state in a few explicit objects (model, optimizers, pool, RNG)."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.recipe = cfg.build_recipe()
+        torch.manual_seed(cfg.seed)
+        self.task = make_task(cfg.task, **cfg.task_options)
+        self.model, self.tokenizer, self.model_info = self._load_policy()
+        self.model.train()
+        self.engine = HFEngine(self.model, self.tokenizer, fp32_head=self.recipe.fp32_head)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+        )
+        self.reference = self._frozen_copy() if self.recipe.needs_reference else None
+        self.critic = ValueModel.from_policy(self.model) if self.recipe.needs_critic else None
+        self.critic_optimizer = (
+            torch.optim.AdamW(self.critic.parameters(), lr=cfg.critic_lr) if self.critic else None
+        )
+        self.pool = PromptPool(self.task.problems("train"), cfg.seed, self.recipe.retire_threshold)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        eval_split = self.task.problems("eval")
+        self.eval_problems = eval_split[: cfg.eval_size] if cfg.eval_size else eval_split
+        self.params = SamplingParams(cfg.group_size, cfg.temperature, cfg.top_p, cfg.max_new_tokens)
+        self.settings = UpdateSettings(
+            cfg.num_minibatches,
+            cfg.ppo_epochs,
+            cfg.micro_batch_size,
+            cfg.max_grad_norm,
+            cfg.max_new_tokens,
+            cfg.temperature,
+            self.tokenizer.pad_token_id,
+        )
+        self.step = 0
+        self.totals = RunTotals()
+
+    def _load_policy(self):
+        cfg = self.cfg
+        warm = {}
+        if cfg.model == "embedded":
+            warm = {"target_accuracy": cfg.warm_target, "progress": cfg.progress}
+        return load_policy(cfg.model, cfg.task, cfg.task_options, cfg.warm_seed, **warm)
+
+    def _frozen_copy(self) -> torch.nn.Module:
+        ref = copy.deepcopy(self.model).eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        return ref
+
+    @property
+    def on_policy(self) -> bool:
+        """One optimizer step per rollout batch: π_old is the policy being differentiated."""
+        return self.cfg.num_minibatches == 1 and self.cfg.ppo_epochs == 1
+
+    def _logprobs(self, model: torch.nn.Module, rollout: Rollout) -> torch.Tensor:
+        """log π (B, T) of every row under `model`, without gradient, micro-batched."""
+        with torch.no_grad():
+            return torch.cat(
+                [
+                    response_logprobs(
+                        model,
+                        [rollout.prompt_ids[i] for i in rows.tolist()],
+                        rollout.response_ids[rows],
+                        rollout.response_mask[rows],
+                        self.tokenizer.pad_token_id,
+                        self.cfg.temperature,
+                        self.recipe.fp32_head,
+                    )
+                    for rows in torch.split(torch.arange(len(rollout)), self.cfg.micro_batch_size)
+                ]
+            )
+
+    def _annotate(self, rollout: Rollout) -> None:
+        """Add π_old, π_ref and V_old to the rollout, each computed once before any update."""
+        if not self.on_policy:
+            rollout.old_logprobs = self._logprobs(self.model, rollout)
+        if self.reference is not None:
+            rollout.ref_logprobs = self._logprobs(self.reference, rollout)
+            if rollout.old_logprobs is None and self.recipe.kl_in_reward:
+                rollout.old_logprobs = self._logprobs(self.model, rollout)
+        if self.critic is not None:
+            rollout.values = critic_values(
+                self.critic, rollout, self.tokenizer.pad_token_id, self.cfg.micro_batch_size
+            )
+
+    def train_step(self) -> dict[str, float]:
+        """Collect one rollout batch and update on it; returns the step's metrics."""
+        collected = collect_rollouts(
+            self.engine,
+            self.task,
+            self.pool,
+            self.recipe,
+            self.params,
+            self.cfg.prompts_per_step,
+            self.generator,
+        )
+        metrics = dict(collected.metrics)
+        rollout = collected.rollout
+        if rollout is None:
+            metrics["train/update_skipped"] = 1.0
+            return metrics
+        self._annotate(rollout)
+        prepared = prepare_batch(
+            self.recipe,
+            rewards=rollout.rewards,
+            correct=rollout.correct,
+            truncated=rollout.truncated,
+            response_mask=rollout.response_mask,
+            group_ids=rollout.group_ids,
+            max_new_tokens=self.cfg.max_new_tokens,
+            old_logprobs=rollout.old_logprobs,
+            ref_logprobs=rollout.ref_logprobs,
+            values=rollout.values,
+        )
+        metrics.update(
+            {
+                k: v
+                for k, v in prepared.stats.items()
+                if k.startswith("reward/") and k not in metrics
+            }
+        )
+        metrics["train/update_skipped"] = 0.0
+        metrics.update(
+            policy_update(self.model, self.optimizer, self.recipe, rollout, prepared, self.settings)
+        )
+        if self.critic is not None:
+            metrics.update(
+                self._critic_steps(rollout, prepared.returns, prepared.response_mask, prepared.keep)
+            )
+        return metrics
+
+    def _critic_steps(self, rollout, returns, mask, keep) -> dict[str, float]:
+        losses = []
+        for _ in range(self.cfg.ppo_epochs):
+            for rows in minibatch_rows(rollout.group_ids, keep, self.cfg.num_minibatches):
+                losses.append(
+                    critic_update(
+                        self.critic,
+                        self.critic_optimizer,
+                        rollout,
+                        returns,
+                        mask,
+                        rows,
+                        clip_range=self.recipe.value_clip,
+                        pad_id=self.tokenizer.pad_token_id,
+                        micro_batch_size=self.cfg.micro_batch_size,
+                        max_grad_norm=self.cfg.max_grad_norm,
+                    )
+                )
+        explained = _explained_variance(rollout.values, returns, mask)
+        return {"loss/value": sum(losses) / max(len(losses), 1), "critic/explained_var": explained}
+
+    def pretrain_critic(self) -> list[dict[str, float]]:
+        """VAPO §4.1 value pre-training: fit V to Monte-Carlo returns (λ = 1) of rollouts from
+        the initial policy, before any policy update. The policy is not touched."""
+        history = []
+        for _ in range(self.recipe.value_pretrain_steps):
+            problems = self.pool.next(self.cfg.prompts_per_step)
+            gen = collect_rollouts(
+                self.engine,
+                self.task,
+                _FixedPool(problems),
+                _NO_SELECTION,
+                self.params,
+                self.cfg.prompts_per_step,
+                self.generator,
+            )
+            rollout = gen.rollout
+            rollout.values = critic_values(
+                self.critic, rollout, self.tokenizer.pad_token_id, self.cfg.micro_batch_size
+            )
+            mask = rollout.response_mask
+            rewards = outcome_token_rewards(rollout.rewards.double(), mask.double(), None, 0.0)
+            _, returns = gae(
+                rewards, rollout.values.double(), mask.double(), self.recipe.gamma, 1.0
+            )
+            keep = torch.ones(len(rollout), dtype=torch.bool)
+            history.append(self._critic_steps(rollout, returns.float(), mask, keep))
+        return history
+
+    def evaluate(self) -> dict[str, float]:
+        result = evaluate_policy(
+            self.engine,
+            self.task,
+            self.eval_problems,
+            samples=self.cfg.eval_samples,
+            temperature=self.cfg.temperature,
+            max_new_tokens=self.cfg.max_new_tokens,
+            seed=self.cfg.seed + EVAL_SEED_OFFSET,
+        )
+        self.last_eval_items = result.item_correct
+        return result.metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict() if self.critic else None,
+            "pool": self.pool.state_dict(),
+            "generator": self.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "config": self.cfg.to_dict(),
+        }
+
+
+class _FixedPool:
+    """A pool that hands out a fixed list of problems once (for value pre-training)."""
+
+    def __init__(self, problems):
+        self.problems = problems
+        self.active_size = len(problems)
+
+    def next(self, count):
+        return self.problems[:count]
+
+    def record(self, uid, correct, sampled):
+        return False
+
+
+class _NoSelection:
+    dynamic_sampling = False
+    max_refill_rounds = 0
+
+
+_NO_SELECTION = _NoSelection()
+
+
+def _explained_variance(values, returns, mask) -> float:
+    valid = mask > 0
+    if valid.sum() < 2:
+        return 0.0
+    v, r = values[valid].double(), returns[valid].double()
+    var = r.var()
+    return float(1.0 - (r - v).var() / var) if var > 0 else 0.0
+
+
+def run_training(cfg: TrainConfig) -> dict[str, Any]:
+    """Train with `cfg`, writing config.yaml, metrics.jsonl, TensorBoard events, a PNG of
+    the curves, a checkpoint and summary.json to `cfg.out`. Returns the summary."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.jsonl").unlink(missing_ok=True)
+    (out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    started = time.perf_counter()
+    trainer = Trainer(cfg)
+    logger = MetricsLogger(out)
+    try:
+        summary = _run(trainer, logger, started)
+    finally:
+        logger.close()
+    save_checkpoint(
+        out / "checkpoint",
+        trainer.model,
+        trainer.tokenizer,
+        trainer.state_dict(),
+        critic=trainer.critic,
+    )
+    plot_run(
+        logger.records, out / "curves.png", title=f"{cfg.recipe} on {cfg.task}, seed {cfg.seed}"
+    )
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _run(trainer: Trainer, logger: MetricsLogger, started: float) -> dict[str, Any]:
+    cfg = trainer.cfg
+    for i, metrics in enumerate(trainer.pretrain_critic() if trainer.critic else []):
+        logger.log(
+            -trainer.recipe.value_pretrain_steps + i,
+            {f"pretrain/{k}": v for k, v in metrics.items()},
+        )
+    initial = trainer.evaluate()
+    logger.log(0, initial)
+    evals = [(0, initial)]
+    bar = progress_bar(cfg.steps, cfg.progress, desc=f"{cfg.recipe} {cfg.task}")
+    for step in range(1, cfg.steps + 1):
+        trainer.step = step
+        metrics = trainer.train_step()
+        trainer.totals.add(metrics)
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            metrics.update(trainer.evaluate())
+            evals.append((step, {k: v for k, v in metrics.items() if k.startswith("eval/")}))
+        metrics["time/wall_s"] = time.perf_counter() - started
+        logger.log(step, metrics)
+        bar.update(metrics, evals[-1][1].get("eval/accuracy", 0.0))
+    bar.close()
+    return _summary(trainer, evals, time.perf_counter() - started)
+
+
+def _summary(trainer: Trainer, evals, wall_s: float) -> dict[str, Any]:
+    best_step, best = max(evals, key=lambda e: e[1]["eval/accuracy"])
+    totals = trainer.totals
+    return {
+        "recipe": trainer.cfg.recipe,
+        "task": trainer.cfg.task,
+        "seed": trainer.cfg.seed,
+        "steps": trainer.cfg.steps,
+        "initial": evals[0][1],
+        "final": evals[-1][1],
+        "best": {"step": best_step, **best},
+        "final_eval_items": trainer.last_eval_items,
+        "generated_tokens": totals.generated_tokens,
+        "discarded_tokens": totals.discarded_tokens,
+        "skipped_updates": totals.skipped_updates,
+        "seconds": {**totals.seconds, "wall_s": wall_s},
+        "model": {k: v for k, v in trainer.model_info.items() if k != "settings"},
+    }

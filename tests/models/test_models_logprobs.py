@@ -1,0 +1,81 @@
+"""The trainer's forward: padding-invariant, masked, differentiable, float32 head."""
+
+import math
+
+import pytest
+import torch
+
+from rlvr.models import (
+    build_tiny_policy,
+    pack_prompt_response,
+    response_logprobs,
+    tiny_qwen2_config,
+)
+
+PAD = 0
+
+
+@pytest.fixture(scope="module")
+def model():
+    config = tiny_qwen2_config(vocab_size=20, hidden=32, layers=2, heads=2, kv_heads=1)
+    return build_tiny_policy(config, seed=0)
+
+
+def batch():
+    prompt_ids = [[5, 6, 7], [8], [9, 10]]
+    response_ids = torch.tensor([[11, 12, 1], [13, 1, PAD], [14, 15, 16]])
+    response_mask = torch.tensor([[1.0, 1, 1], [1, 1, 0], [1, 1, 1]])
+    return prompt_ids, response_ids, response_mask
+
+
+def test_pack_layout_by_hand():
+    ids, attention, starts = pack_prompt_response(*batch(), pad_id=PAD)
+    # width = longest prompt (3) + T (3) = 6; responses start right after each prompt.
+    assert ids.tolist() == [[5, 6, 7, 11, 12, 1], [8, 13, 1, 0, 0, 0], [9, 10, 14, 15, 16, 0]]
+    assert attention.tolist() == [[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]]
+    assert starts.tolist() == [3, 1, 2]
+
+
+def test_matches_unpadded_per_row_forward(model):
+    prompt_ids, response_ids, response_mask = batch()
+    got = response_logprobs(model, prompt_ids, response_ids, response_mask, PAD, temperature=0.7)
+    for b, prompt in enumerate(prompt_ids):
+        n = int(response_mask[b].sum())
+        row = torch.tensor([prompt + response_ids[b, :n].tolist()])
+        logits = model(row).logits[0, len(prompt) - 1 : -1].float() / 0.7  # predicts response
+        expected = logits.log_softmax(-1).gather(-1, response_ids[b, :n, None])[:, 0]
+        torch.testing.assert_close(got[b, :n], expected, atol=1e-5, rtol=0)
+        assert (got[b, n:] == 0).all()
+
+
+def test_entropy_is_bounded_and_masked(model):
+    lp, entropy = response_logprobs(model, *batch(), pad_id=PAD, return_entropy=True)
+    assert lp.shape == entropy.shape == (3, 3)
+    assert (entropy >= 0).all() and (entropy <= math.log(20) + 1e-5).all()
+    assert entropy[1, 2] == 0
+
+
+def test_gradients_flow_to_every_parameter(model):
+    model.zero_grad()
+    lp = response_logprobs(model, *batch(), pad_id=PAD)
+    lp.sum().backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    model.zero_grad()
+
+
+def test_fp32_head_on_a_bf16_model(model):
+    reference = response_logprobs(model, *batch(), pad_id=PAD)
+    bf16 = build_tiny_policy(model.config, seed=0).to(torch.bfloat16)
+    for fp32_head in (True, False):
+        lp = response_logprobs(bf16, *batch(), pad_id=PAD, fp32_head=fp32_head)
+        assert lp.dtype == torch.float32
+        torch.testing.assert_close(lp, reference, atol=0.1, rtol=0)
+
+
+def test_bad_inputs_speak():
+    prompt_ids, response_ids, response_mask = batch()
+    with pytest.raises(ValueError, match="2 prompts for 3 responses"):
+        pack_prompt_response(prompt_ids[:2], response_ids, response_mask, PAD)
+    with pytest.raises(ValueError, match="temperature"):
+        response_logprobs(None, prompt_ids, response_ids, response_mask, PAD, temperature=0)
