@@ -139,7 +139,9 @@ def _recipe_from(data: dict[str, Any]):
 def _nest(x: torch.Tensor, shape: list[list[int]]) -> list[list[list[float]]]:
     out, row = [], 0
     for lengths in shape:
-        out.append([[round(float(v), 10) for v in x[row + i, :n]] for i, n in enumerate(lengths)])
+        out.append(
+            [[round(float(v), 10) + 0.0 for v in x[row + i, :n]] for i, n in enumerate(lengths)]
+        )
         row += len(lengths)
     return out
 

@@ -59,6 +59,9 @@ class Generation:
     """(B,) long: index into the prompts list."""
     texts: list[str]
     """Decoded responses, without EOS or padding."""
+    forced_mask: torch.Tensor | None = None
+    """(B, T) float32 or None: 1 on tokens the engine inserted instead of sampling (forced
+    length interruption). They are context for later tokens, never trained on."""
 
     def __post_init__(self) -> None:
         batch, steps = self.response_ids.shape
@@ -83,4 +86,8 @@ class RolloutEngine(Protocol):
 
     def generate(
         self, prompts: list[str], params: SamplingParams, generator: torch.Generator
+    ) -> Generation: ...
+
+    def generate_ids(
+        self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator
     ) -> Generation: ...

@@ -56,7 +56,13 @@ class HFEngine:
         for i, ids in enumerate(encoded):
             if not ids:
                 raise ValueError(f"prompt {i} ({prompts[i]!r}) encodes to no tokens")
-        prompt_ids = [ids for ids in encoded for _ in range(params.group_size)]
+        return self.generate_ids(encoded, params, generator)
+
+    def generate_ids(
+        self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator
+    ) -> Generation:
+        """`generate` from prompts given as token ids (used to continue partial responses)."""
+        prompt_ids = [ids for ids in prompts for _ in range(params.group_size)]
         prompt_index = torch.arange(len(prompts)).repeat_interleave(params.group_size)
         was_training = self.model.training
         self.model.eval()

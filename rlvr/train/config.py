@@ -32,7 +32,10 @@ class TrainConfig:
     warm_target: float = _doc("dev accuracy at which the embedded warm start stops", 0.3)
     warm_seed: int = _doc("seed of the embedded warm start (shared by all RL seeds)", 0)
     seed: int = _doc("seed of the RL run: data order and sampling", 0)
-    steps: int = _doc("optimizer steps on rollout batches (policy updates)", 50)
+    steps: int = _doc("rollout batches to train on (the step budget)", 50)
+    max_generated_tokens: int | None = _doc(
+        "token budget: stop after the step at which generated tokens reach this", None
+    )
     prompts_per_step: int = _doc("prompt groups per rollout batch", 16)
     group_size: int = _doc("responses sampled per prompt (G)", 8)
     max_new_tokens: int = _doc("response budget in tokens (L_max)", 14)
@@ -49,6 +52,7 @@ class TrainConfig:
     eval_size: int = _doc("held-out problems per evaluation (0: the whole eval split)", 200)
     eval_samples: int = _doc("samples per eval problem at the training temperature", 1)
     think_budget: int | None = _doc("forced length interruption: tokens before an end phrase", None)
+    interrupt_phrase: str = _doc("phrase appended at the thinking budget", " Final answer:")
     out: str = _doc("output directory", "runs/latest")
     progress: bool = _doc("show progress bars", True)
     overrides: dict = field(default_factory=dict, metadata={"doc": "recipe fields overridden"})
@@ -74,6 +78,8 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        if self.max_generated_tokens is not None and self.max_generated_tokens < 1:
+            raise ValueError(f"max_generated_tokens must be ≥ 1, got {self.max_generated_tokens}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if self.num_minibatches > self.prompts_per_step:

@@ -53,11 +53,15 @@ def critic_update(
     optimizer.zero_grad(set_to_none=True)
     total = 0.0
     for micro in torch.split(index, micro_batch_size):
-        values = critic(
-            [rollout.prompt_ids[i] for i in micro.tolist()],
-            rollout.response_ids[micro],
-            response_mask[micro],
-            pad_id,
+        # Attend to every present token; regress only on the loss mask's tokens.
+        values = (
+            critic(
+                [rollout.prompt_ids[i] for i in micro.tolist()],
+                rollout.response_ids[micro],
+                rollout.response_mask[micro],
+                pad_id,
+            )
+            * response_mask[micro]
         )
         per_token = value_loss(values, rollout.values[micro], returns[micro], clip_range)
         loss = (per_token * weights[micro]).sum()

@@ -25,6 +25,7 @@ from rlvr.eval import evaluate_policy
 from rlvr.models import load_policy, response_logprobs
 from rlvr.models.value import ValueModel
 from rlvr.rollout import HFEngine, SamplingParams
+from rlvr.rollout.interrupt import ForcedInterruption
 from rlvr.tasks import make_task
 from rlvr.train.checkpoint import save_checkpoint
 from rlvr.train.config import TrainConfig
@@ -69,6 +70,21 @@ class Trainer:
         self.model, self.tokenizer, self.model_info = self._load_policy()
         self.model.train()
         self.engine = HFEngine(self.model, self.tokenizer, fp32_head=self.recipe.fp32_head)
+        if cfg.think_budget is not None:
+            room = (
+                cfg.max_new_tokens
+                - cfg.think_budget
+                - len(self.tokenizer.encode(cfg.interrupt_phrase))
+            )
+            if room < 1:
+                raise ValueError(
+                    f"think_budget={cfg.think_budget} plus interrupt_phrase "
+                    f"{cfg.interrupt_phrase!r} leave no room for an answer within "
+                    f"max_new_tokens={cfg.max_new_tokens}"
+                )
+            self.engine = ForcedInterruption(
+                self.engine, self.tokenizer, cfg.think_budget, cfg.interrupt_phrase
+            )
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
         )
@@ -165,7 +181,7 @@ class Trainer:
             rewards=rollout.rewards,
             correct=rollout.correct,
             truncated=rollout.truncated,
-            response_mask=rollout.response_mask,
+            response_mask=rollout.loss_mask,
             group_ids=rollout.group_ids,
             max_new_tokens=self.cfg.max_new_tokens,
             old_logprobs=rollout.old_logprobs,
@@ -229,7 +245,7 @@ class Trainer:
             rollout.values = critic_values(
                 self.critic, rollout, self.tokenizer.pad_token_id, self.cfg.micro_batch_size
             )
-            mask = rollout.response_mask
+            mask = rollout.loss_mask
             rewards = outcome_token_rewards(rollout.rewards.double(), mask.double(), None, 0.0)
             _, returns = gae(
                 rewards, rollout.values.double(), mask.double(), self.recipe.gamma, 1.0
@@ -337,12 +353,18 @@ def _run(trainer: Trainer, logger: MetricsLogger, started: float) -> dict[str, A
         trainer.step = step
         metrics = trainer.train_step()
         trainer.totals.add(metrics)
-        if step % cfg.eval_every == 0 or step == cfg.steps:
+        budget = cfg.max_generated_tokens
+        last = step == cfg.steps or (
+            budget is not None and trainer.totals.generated_tokens >= budget
+        )
+        if step % cfg.eval_every == 0 or last:
             metrics.update(trainer.evaluate())
             evals.append((step, {k: v for k, v in metrics.items() if k.startswith("eval/")}))
         metrics["time/wall_s"] = time.perf_counter() - started
         logger.log(step, metrics)
         bar.update(metrics, evals[-1][1].get("eval/accuracy", 0.0))
+        if last:
+            break
     bar.close()
     return _summary(trainer, evals, time.perf_counter() - started)
 
@@ -354,7 +376,7 @@ def _summary(trainer: Trainer, evals, wall_s: float) -> dict[str, Any]:
         "recipe": trainer.cfg.recipe,
         "task": trainer.cfg.task,
         "seed": trainer.cfg.seed,
-        "steps": trainer.cfg.steps,
+        "steps": trainer.step,
         "initial": evals[0][1],
         "final": evals[-1][1],
         "best": {"step": best_step, **best},

@@ -32,6 +32,7 @@ class Rollout:
     old_logprobs: torch.Tensor | None = None  # (B, T) π_old: the policy before this step's updates
     ref_logprobs: torch.Tensor | None = None  # (B, T) the frozen reference
     values: torch.Tensor | None = None  # (B, T) the critic's V before this step's updates
+    forced_mask: torch.Tensor | None = None  # (B, T) 1 on engine-inserted tokens (interruption)
 
     def __len__(self) -> int:
         return len(self.prompt_ids)
@@ -39,6 +40,16 @@ class Rollout:
     @property
     def lengths(self) -> torch.Tensor:
         return self.response_mask.sum(-1)
+
+    @property
+    def loss_mask(self) -> torch.Tensor:
+        """(B, T) tokens the policy sampled: `response_mask` minus engine-inserted tokens.
+
+        `response_mask` says what the model attends to; `loss_mask` what it is trained on.
+        """
+        if self.forced_mask is None:
+            return self.response_mask
+        return self.response_mask * (1.0 - self.forced_mask)
 
     def select(self, rows: torch.Tensor) -> Rollout:
         """The rows at `rows` (a long index tensor), every field sliced alike."""
@@ -61,6 +72,14 @@ class Rollout:
         merged = {}
         for f in fields(Rollout):
             values = [getattr(p, f.name) for p in parts]
+            if all(v is None for v in values):
+                merged[f.name] = None
+                continue
+            if any(v is None for v in values):  # e.g. only some parts were interrupted
+                values = [
+                    torch.zeros_like(p.response_mask) if v is None else v
+                    for p, v in zip(parts, values, strict=True)
+                ]
             if values[0] is None:
                 merged[f.name] = None
             elif isinstance(values[0], list):
@@ -98,4 +117,5 @@ def from_generation(
         correct=torch.tensor(correct, dtype=torch.float32),
         formatted=torch.tensor(formatted, dtype=torch.float32),
         rewards=torch.tensor(rewards, dtype=torch.float32),
+        forced_mask=gen.forced_mask,
     )

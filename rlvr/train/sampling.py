@@ -83,7 +83,7 @@ def collect_rollouts(
         )
         every.append(batch)
         candidates += prompts_per_step
-        generated += int(batch.response_mask.sum())
+        generated += int(batch.loss_mask.sum())
         retired += _record_passes(pool, batch)
         if recipe.dynamic_sampling:
             batch = batch.select(
@@ -98,7 +98,7 @@ def collect_rollouts(
             break
         rounds += 1
     rollout = _first_groups(Rollout.concat(parts), prompts_per_step) if parts else None
-    trained = 0 if rollout is None else int(rollout.response_mask.sum())
+    trained = 0 if rollout is None else int(rollout.loss_mask.sum())
     all_rows = Rollout.concat(every)
     metrics = {
         "rollout/candidate_groups": float(candidates),
@@ -113,6 +113,7 @@ def collect_rollouts(
         "rollout/retired_prompts": float(retired),
         "rollout/pool_size": float(pool.active_size),
         "rollout/truncated_frac": float(all_rows.truncated.float().mean()),
+        "rollout/interrupted_frac": _interrupted_frac(all_rows),
         "rollout/response_length": float(all_rows.lengths.mean()),
         "reward/mean": float(all_rows.rewards.mean()),
         "reward/accuracy": float(all_rows.correct.mean()),
@@ -120,6 +121,13 @@ def collect_rollouts(
         "time/rollout_s": time.perf_counter() - start,
     }
     return Collected(rollout, metrics)
+
+
+def _interrupted_frac(rollout: Rollout) -> float:
+    """Fraction of responses that reached the thinking budget and got the end phrase."""
+    if rollout.forced_mask is None:
+        return 0.0
+    return float((rollout.forced_mask.sum(-1) > 0).float().mean())
 
 
 def _first_groups(rollout: Rollout, count: int) -> Rollout:

@@ -109,7 +109,7 @@ def _micro_step(model, recipe, rollout, prepared, weights, nll_weights, micro, s
         model,
         [rollout.prompt_ids[i] for i in micro.tolist()],
         rollout.response_ids[micro],
-        prepared.response_mask[micro],
+        rollout.response_mask[micro],  # attention: every present token
         settings.pad_id,
         settings.temperature,
         fp32_head=recipe.fp32_head,

@@ -1,0 +1,104 @@
+"""The loop's contracts: determinism, micro-batch invariance, off-policy minibatches, and
+RL measurably improving held-out accuracy on the embedded task."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from rlvr.train import Trainer, run_training
+from rlvr.train.logger import read_metrics
+
+
+def _without_time(records):
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
+
+
+def test_same_seed_same_config_identical_metrics(small_config, tmp_path):
+    a = small_config(recipe="dapo", steps=3, out=str(tmp_path / "a"))
+    b = small_config(recipe="dapo", steps=3, out=str(tmp_path / "b"))
+    run_training(a)
+    run_training(b)
+    first = _without_time(read_metrics(tmp_path / "a" / "metrics.jsonl"))
+    second = _without_time(read_metrics(tmp_path / "b" / "metrics.jsonl"))
+    assert first == second
+    assert len(first) == 4  # step 0 eval + 3 steps
+
+
+class RecordingOptimizer:
+    """Stands in for AdamW: records the accumulated gradient instead of stepping."""
+
+    def __init__(self, model):
+        self.params = list(model.parameters())
+        self.grads = []
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        self.grads.append([p.grad.clone() for p in self.params])
+
+
+def test_micro_batch_size_does_not_change_the_gradient(small_config):
+    """Gradient accumulation over micro-batches of 3 rows equals one pass over all 16 rows,
+    for a length-normalized (grpo) and a global-token (dapo) aggregation."""
+    for recipe in ("grpo", "dapo", "dr_grpo"):
+        grads = []
+        for micro in (3, 64):
+            trainer = Trainer(
+                small_config(
+                    recipe=recipe,
+                    micro_batch_size=micro,
+                    steps=1,
+                    max_grad_norm=0.0,
+                    dynamic_sampling=False,
+                )
+            )
+            trainer.optimizer = RecordingOptimizer(trainer.model)
+            trainer.train_step()
+            grads.append(trainer.optimizer.grads[0])
+        for a, b in zip(*grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_off_policy_minibatches_log_ratio_statistics(small_config):
+    trainer = Trainer(small_config(recipe="dapo", num_minibatches=2, ppo_epochs=2, lr=1e-3))
+    before = copy.deepcopy(trainer.model.state_dict())
+    metrics = trainer.train_step()
+    if metrics["train/update_skipped"]:
+        metrics = trainer.train_step()
+    assert metrics["train/optimizer_steps"] == 4.0  # 2 minibatches × 2 epochs
+    # After the first optimizer step the policy differs from π_old: ratios move off 1.
+    assert metrics["clip/ratio_mean"] != 1.0
+    assert any(not torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+    for key in ("clip/low_frac", "clip/high_frac", "clip/frac"):
+        assert 0.0 <= metrics[key] <= 1.0
+
+
+def test_gspo_logs_sequence_clip_fraction(small_config):
+    trainer = Trainer(small_config(recipe="gspo", num_minibatches=2, lr=1e-3))
+    metrics = trainer.train_step()
+    assert "clip/seq_frac" in metrics and 0.0 <= metrics["clip/seq_frac"] <= 1.0
+
+
+def test_grpo_improves_held_out_accuracy(small_config):
+    """40 GRPO steps of 16 prompts × 8 samples on 2-digit addition from the 30 % warm start.
+
+    Measured on seeds 0–2 with the demo settings: +0.15 to +0.2 after 30–40 steps on 300
+    items. The bar (+0.07 on 200 items, sampled accuracy) is about 2.5 standard errors of a
+    paired difference, so passing is not luck and failing would mean RL broke.
+    """
+    cfg = small_config(
+        recipe="grpo",
+        steps=40,
+        prompts_per_step=16,
+        group_size=8,
+        eval_size=200,
+        eval_every=40,
+        seed=0,
+    )
+    summary = run_training(cfg)
+    gain = summary["final"]["eval/accuracy"] - summary["initial"]["eval/accuracy"]
+    assert gain >= 0.07, summary
