@@ -117,6 +117,46 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from rlvr.compare import build_report, run_matrix, spec_from_options
+    from rlvr.compare.matrix import load_spec, parse_seeds
+    from rlvr.train.config import load_yaml
+
+    out = Path(args.out)
+    try:
+        matrix = load_yaml(args.matrix) if args.matrix else None
+        if args.report_only and matrix is None and (out / "matrix.yaml").exists():
+            matrix = load_spec(out / "matrix.yaml").to_dict()
+        spec = spec_from_options(
+            matrix=matrix,
+            train_config=load_yaml(args.config) if args.config else None,
+            sets=[*args.set, *([f"task={args.task}"] if args.task else [])],
+            recipes=args.recipes.split(",") if args.recipes else None,
+            seeds=parse_seeds(args.seeds) if args.seeds else None,
+            budget_mode=args.budget or ("tokens" if args.tokens else None),
+            budget_value=args.tokens if args.tokens else args.steps,
+            baseline=args.baseline,
+        )
+        run = None if args.report_only else run_matrix(spec, out, jobs=args.jobs)
+        report = build_report(spec, out, run=run)
+    except ValueError as err:
+        return _fail(str(err))
+    for warning in report.warnings:
+        print(f"rlvr: warning: {warning}", file=sys.stderr)
+    print(f"wrote {report.path}, {out / 'results.csv'} and {len(report.plots)} plots")
+    return 1 if run is not None and run.failed else 0
+
+
+def cmd_evalsize(args: argparse.Namespace) -> int:
+    from rlvr.compare.stats import evalsize_text
+
+    try:
+        print(evalsize_text(args.baseline, args.delta, args.power, args.alpha))
+    except ValueError as err:
+        return _fail(str(err))
+    return 0
+
+
 def _fail(message: str) -> int:
     print(f"rlvr: error: {message}", file=sys.stderr)
     return 2
@@ -152,7 +192,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recipe", help="override the batch's recipe")
     p.add_argument("--table", action="store_true", help="print a readable gradient table")
     p.set_defaults(func=cmd_audit)
+    _add_compare(sub)
+    p = sub.add_parser("evalsize", help="eval items needed to resolve an accuracy difference")
+    p.add_argument("--baseline", type=float, required=True, help="baseline accuracy, in (0, 1)")
+    p.add_argument("--delta", type=float, required=True, help="difference to resolve")
+    p.add_argument("--power", type=float, default=0.8, help="probability of detecting it")
+    p.add_argument("--alpha", type=float, default=0.05, help="two-sided significance level")
+    p.set_defaults(func=cmd_evalsize)
     return parser
+
+
+def _add_compare(sub) -> None:
+    p = sub.add_parser("compare", help="run a recipes × overrides × seeds matrix and report")
+    p.add_argument("--matrix", help="matrix YAML: base, recipes, overrides, seeds, budget")
+    p.add_argument("--config", help="training config YAML used as the base of every cell")
+    p.add_argument("--recipes", help="comma-separated recipes, e.g. grpo,dapo,gspo")
+    p.add_argument("--seeds", help="a count (3 → seeds 0,1,2) or a list (0,4,7)")
+    p.add_argument("--task", help="task name: arithmetic, countdown")
+    p.add_argument("--budget", choices=("steps", "tokens"), help="equal-budget mode")
+    p.add_argument("--steps", type=int, help="optimizer steps per cell (budget steps)")
+    p.add_argument("--tokens", type=int, help="generated tokens per cell (budget tokens)")
+    p.add_argument("--baseline", help="label the others are compared against (default: first)")
+    p.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes")
+    p.add_argument("--out", required=True, help="output directory (resumed if it exists)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a base config field for every cell (repeatable)",
+    )
+    p.add_argument(
+        "--report-only", action="store_true", help="rebuild the report from finished cells"
+    )
+    p.set_defaults(func=cmd_compare)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
