@@ -50,6 +50,31 @@ def lm_head_logits(model: torch.nn.Module, hidden: torch.Tensor, fp32_head: bool
     return F.linear(hidden.float(), head.weight.float(), bias)
 
 
+def response_hidden_states(
+    backbone: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    pad_id: int,
+) -> torch.Tensor:
+    """Final hidden states (B, T, H) from which each response token is predicted: token t
+    of the response is predicted from the hidden state one column before it."""
+    device = next(backbone.parameters()).device
+    input_ids, attention_mask, starts = pack_prompt_response(
+        prompt_ids, response_ids, response_mask, pad_id
+    )
+    # Positions count real tokens only, so they match the left-padded sampler exactly.
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    hidden = backbone(
+        input_ids=input_ids.to(device),
+        attention_mask=attention_mask.to(device),
+        position_ids=position_ids.to(device),
+        use_cache=False,
+    ).last_hidden_state  # (B, L, H)
+    cols = (starts[:, None] - 1 + torch.arange(response_ids.shape[1])[None, :]).to(device)
+    return hidden.gather(1, cols[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, T, H)
+
+
 def response_logprobs(
     model: torch.nn.Module,
     prompt_ids: list[list[int]],
@@ -68,21 +93,9 @@ def response_logprobs(
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     device = next(model.parameters()).device
-    input_ids, attention_mask, starts = pack_prompt_response(
-        prompt_ids, response_ids, response_mask, pad_id
+    hidden = response_hidden_states(
+        model.base_model, prompt_ids, response_ids, response_mask, pad_id
     )
-    # Positions count real tokens only, so they match the left-padded sampler exactly.
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    hidden = model.base_model(
-        input_ids=input_ids.to(device),
-        attention_mask=attention_mask.to(device),
-        position_ids=position_ids.to(device),
-        use_cache=False,
-    ).last_hidden_state  # (B, L, H)
-    steps = response_ids.shape[1]
-    # Token t of the response is predicted from the hidden state one column before it.
-    cols = (starts[:, None] - 1 + torch.arange(steps)[None, :]).to(device)  # (B, T)
-    hidden = hidden.gather(1, cols[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, T, H)
     logits = lm_head_logits(model, hidden, fp32_head) / temperature  # (B, T, V) float32
     log_probs = logits.log_softmax(-1)
     valid = response_mask.to(device) > 0

@@ -14,7 +14,7 @@ import copy
 import torch
 from torch import nn
 
-from rlvr.models.logprobs import pack_prompt_response
+from rlvr.models.logprobs import response_hidden_states
 
 
 class ValueModel(nn.Module):
@@ -40,19 +40,8 @@ class ValueModel(nn.Module):
         pad_id: int,
     ) -> torch.Tensor:
         """Values (B, T) in float32, 0 where the mask is 0."""
-        input_ids, attention_mask, starts = pack_prompt_response(
-            prompt_ids, response_ids, response_mask, pad_id
+        hidden = response_hidden_states(
+            self.backbone, prompt_ids, response_ids, response_mask, pad_id
         )
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        device = self.head.weight.device
-        hidden = self.backbone(
-            input_ids=input_ids.to(device),
-            attention_mask=attention_mask.to(device),
-            position_ids=position_ids.to(device),
-            use_cache=False,
-        ).last_hidden_state  # (B, L, H)
-        steps = response_ids.shape[1]
-        cols = (starts[:, None] - 1 + torch.arange(steps)[None, :]).to(device)  # (B, T)
-        hidden = hidden.gather(1, cols[..., None].expand(-1, -1, hidden.shape[-1]))
         values = self.head(hidden.float()).squeeze(-1)  # (B, T)
-        return values * (response_mask.to(device) > 0)
+        return values * (response_mask.to(values.device) > 0)

@@ -175,6 +175,7 @@ class Trainer:
         if rollout is None:
             metrics["train/update_skipped"] = 1.0
             return metrics
+        started = time.perf_counter()
         self._annotate(rollout)
         prepared = prepare_batch(
             self.recipe,
@@ -203,6 +204,8 @@ class Trainer:
             metrics.update(
                 self._critic_steps(rollout, prepared.returns, prepared.response_mask, prepared.keep)
             )
+        # Everything after sampling: π_old/π_ref/V forwards, advantages, policy and critic updates.
+        metrics["time/train_s"] = time.perf_counter() - started
         return metrics
 
     def _critic_steps(self, rollout, returns, mask, keep) -> dict[str, float]:
