@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -106,7 +107,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     except ValueError as err:
         return _fail(str(err))
-    summary = run_training(cfg)
+    try:
+        summary = run_training(cfg)
+    except (ValueError, OSError) as err:  # bad task options, model path, out dir...
+        if os.environ.get("RLVR_DEBUG"):
+            raise
+        return _fail(f"{err} (set RLVR_DEBUG=1 for the traceback)")
     before, after = summary["initial"], summary["final"]
     print(
         f"held-out accuracy: {before['eval/accuracy']:.3f} → {after['eval/accuracy']:.3f} "
@@ -125,7 +131,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         matrix = load_yaml(args.matrix) if args.matrix else None
-        if args.report_only and matrix is None and (out / "matrix.yaml").exists():
+        resume = not (args.matrix or args.config or args.recipes)
+        if resume and (out / "matrix.yaml").exists():  # `rlvr compare --out DIR` resumes DIR
             matrix = load_spec(out / "matrix.yaml").to_dict()
         spec = spec_from_options(
             matrix=matrix,
@@ -133,12 +140,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
             sets=[*args.set, *([f"task={args.task}"] if args.task else [])],
             recipes=args.recipes.split(",") if args.recipes else None,
             seeds=parse_seeds(args.seeds) if args.seeds else None,
-            budget_mode=args.budget or ("tokens" if args.tokens else None),
-            budget_value=args.tokens if args.tokens else args.steps,
+            budget_mode=args.budget,
+            steps=args.steps,
+            tokens=args.tokens,
             baseline=args.baseline,
         )
         run = None if args.report_only else run_matrix(spec, out, jobs=args.jobs)
-        report = build_report(spec, out, run=run)
+        report = build_report(spec, out)
     except ValueError as err:
         return _fail(str(err))
     for warning in report.warnings:
@@ -210,11 +218,11 @@ def _add_compare(sub) -> None:
     p.add_argument("--seeds", help="a count (3 → seeds 0,1,2) or a list (0,4,7)")
     p.add_argument("--task", help="task name: arithmetic, countdown")
     p.add_argument("--budget", choices=("steps", "tokens"), help="equal-budget mode")
-    p.add_argument("--steps", type=int, help="optimizer steps per cell (budget steps)")
+    p.add_argument("--steps", type=int, help="optimizer steps per cell (tokens budget: the cap)")
     p.add_argument("--tokens", type=int, help="generated tokens per cell (budget tokens)")
     p.add_argument("--baseline", help="label the others are compared against (default: first)")
     p.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes")
-    p.add_argument("--out", required=True, help="output directory (resumed if it exists)")
+    p.add_argument("--out", required=True, help="output directory; finished cells are never redone")
     p.add_argument(
         "--set",
         action="append",

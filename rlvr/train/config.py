@@ -54,6 +54,7 @@ class TrainConfig:
     think_budget: int | None = _doc("forced length interruption: tokens before an end phrase", None)
     interrupt_phrase: str = _doc("phrase appended at the thinking budget", " Final answer:")
     out: str = _doc("output directory", "runs/latest")
+    save_every: int = _doc("also checkpoint every N steps (0: only at the end or on error)", 0)
     progress: bool = _doc("show progress bars", True)
     overrides: dict = field(default_factory=dict, metadata={"doc": "recipe fields overridden"})
 

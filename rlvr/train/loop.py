@@ -9,14 +9,10 @@ step, every `eval_every` steps and after the last.
 from __future__ import annotations
 
 import copy
-import json
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from rlvr.algo import prepare_batch
 from rlvr.algo.gae import gae
@@ -27,36 +23,14 @@ from rlvr.models.value import ValueModel
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.interrupt import ForcedInterruption
 from rlvr.tasks import make_task
-from rlvr.train.checkpoint import save_checkpoint
 from rlvr.train.config import TrainConfig
 from rlvr.train.critic import critic_update, critic_values
-from rlvr.train.logger import MetricsLogger
-from rlvr.train.plots import plot_run
-from rlvr.train.progress import progress_bar
 from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.rollout_batch import Rollout
-from rlvr.train.sampling import collect_rollouts
+from rlvr.train.sampling import collect_rollouts, sample_groups
 from rlvr.train.update import UpdateSettings, minibatch_rows, policy_update
 
 EVAL_SEED_OFFSET = 1_000_003
-
-
-@dataclass
-class RunTotals:
-    """Running totals of what the run cost, for summary.json."""
-
-    generated_tokens: float = 0.0
-    discarded_tokens: float = 0.0
-    skipped_updates: int = 0
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    def add(self, metrics: dict[str, float]) -> None:
-        self.generated_tokens += metrics.get("rollout/generated_tokens", 0.0)
-        self.discarded_tokens += metrics.get("rollout/discarded_tokens", 0.0)
-        self.skipped_updates += int(metrics.get("train/update_skipped", 0.0))
-        for key, value in metrics.items():
-            if key.startswith("time/"):
-                self.seconds[key] = self.seconds.get(key, 0.0) + value
 
 
 class Trainer:
@@ -108,7 +82,6 @@ class Trainer:
             self.tokenizer.pad_token_id,
         )
         self.step = 0
-        self.totals = RunTotals()
 
     def _load_policy(self):
         cfg = self.cfg
@@ -235,16 +208,9 @@ class Trainer:
         history = []
         for _ in range(self.recipe.value_pretrain_steps):
             problems = self.pool.next(self.cfg.prompts_per_step)
-            gen = collect_rollouts(
-                self.engine,
-                self.task,
-                _FixedPool(problems),
-                _NO_SELECTION,
-                self.params,
-                self.cfg.prompts_per_step,
-                self.generator,
+            rollout = sample_groups(
+                self.engine, self.task, problems, self.params, self.generator, group_offset=0
             )
-            rollout = gen.rollout
             rollout.values = critic_values(
                 self.critic, rollout, self.tokenizer.pad_token_id, self.cfg.micro_batch_size
             )
@@ -282,28 +248,6 @@ class Trainer:
         }
 
 
-class _FixedPool:
-    """A pool that hands out a fixed list of problems once (for value pre-training)."""
-
-    def __init__(self, problems):
-        self.problems = problems
-        self.active_size = len(problems)
-
-    def next(self, count):
-        return self.problems[:count]
-
-    def record(self, uid, correct, sampled):
-        return False
-
-
-class _NoSelection:
-    dynamic_sampling = False
-    max_refill_rounds = 0
-
-
-_NO_SELECTION = _NoSelection()
-
-
 def _explained_variance(values, returns, mask) -> float:
     valid = mask > 0
     if valid.sum() < 2:
@@ -311,82 +255,3 @@ def _explained_variance(values, returns, mask) -> float:
     v, r = values[valid].double(), returns[valid].double()
     var = r.var()
     return float(1.0 - (r - v).var() / var) if var > 0 else 0.0
-
-
-def run_training(cfg: TrainConfig) -> dict[str, Any]:
-    """Train with `cfg`, writing config.yaml, metrics.jsonl, TensorBoard events, a PNG of
-    the curves, a checkpoint and summary.json to `cfg.out`. Returns the summary."""
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.jsonl").unlink(missing_ok=True)
-    (out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    started = time.perf_counter()
-    trainer = Trainer(cfg)
-    logger = MetricsLogger(out)
-    try:
-        summary = _run(trainer, logger, started)
-    finally:
-        logger.close()
-    save_checkpoint(
-        out / "checkpoint",
-        trainer.model,
-        trainer.tokenizer,
-        trainer.state_dict(),
-        critic=trainer.critic,
-    )
-    plot_run(
-        logger.records, out / "curves.png", title=f"{cfg.recipe} on {cfg.task}, seed {cfg.seed}"
-    )
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
-
-
-def _run(trainer: Trainer, logger: MetricsLogger, started: float) -> dict[str, Any]:
-    cfg = trainer.cfg
-    for i, metrics in enumerate(trainer.pretrain_critic() if trainer.critic else []):
-        logger.log(
-            -trainer.recipe.value_pretrain_steps + i,
-            {f"pretrain/{k}": v for k, v in metrics.items()},
-        )
-    initial = trainer.evaluate()
-    logger.log(0, initial)
-    evals = [(0, initial)]
-    bar = progress_bar(cfg.steps, cfg.progress, desc=f"{cfg.recipe} {cfg.task}")
-    for step in range(1, cfg.steps + 1):
-        trainer.step = step
-        metrics = trainer.train_step()
-        trainer.totals.add(metrics)
-        budget = cfg.max_generated_tokens
-        last = step == cfg.steps or (
-            budget is not None and trainer.totals.generated_tokens >= budget
-        )
-        if step % cfg.eval_every == 0 or last:
-            metrics.update(trainer.evaluate())
-            evals.append((step, {k: v for k, v in metrics.items() if k.startswith("eval/")}))
-        metrics["time/wall_s"] = time.perf_counter() - started
-        logger.log(step, metrics)
-        bar.update(metrics, evals[-1][1].get("eval/accuracy", 0.0))
-        if last:
-            break
-    bar.close()
-    return _summary(trainer, evals, time.perf_counter() - started)
-
-
-def _summary(trainer: Trainer, evals, wall_s: float) -> dict[str, Any]:
-    best_step, best = max(evals, key=lambda e: e[1]["eval/accuracy"])
-    totals = trainer.totals
-    return {
-        "recipe": trainer.cfg.recipe,
-        "task": trainer.cfg.task,
-        "seed": trainer.cfg.seed,
-        "steps": trainer.step,
-        "initial": evals[0][1],
-        "final": evals[-1][1],
-        "best": {"step": best_step, **best},
-        "final_eval_items": trainer.last_eval_items,
-        "generated_tokens": totals.generated_tokens,
-        "discarded_tokens": totals.discarded_tokens,
-        "skipped_updates": totals.skipped_updates,
-        "seconds": {**totals.seconds, "wall_s": wall_s},
-        "model": {k: v for k, v in trainer.model_info.items() if k != "settings"},
-    }

@@ -74,53 +74,73 @@ def collect_rollouts(
 ) -> Collected:
     """One step's batch: sample, verify, (dynamic sampling: filter and refill)."""
     start = time.perf_counter()
-    parts: list[Rollout] = []
-    kept_groups = generated = candidates = rounds = retired = 0
+    kept: list[Rollout] = []
     every: list[Rollout] = []
+    kept_groups = retired = 0
+    first_round_s = 0.0
     while True:
         batch = sample_groups(
-            engine, task, pool.next(prompts_per_step), params, generator, group_offset=candidates
+            engine,
+            task,
+            pool.next(prompts_per_step),
+            params,
+            generator,
+            group_offset=len(every) * prompts_per_step,
         )
         every.append(batch)
-        candidates += prompts_per_step
-        generated += int(batch.loss_mask.sum())
+        first_round_s = first_round_s or time.perf_counter() - start
         retired += _record_passes(pool, batch)
         if recipe.dynamic_sampling:
             batch = batch.select(
                 informative_groups(batch.correct, batch.group_ids).nonzero().squeeze(-1)
             )
         if len(batch):
-            parts.append(batch)
+            kept.append(batch)
             kept_groups += int(torch.unique(batch.group_ids).numel())
-        if kept_groups >= prompts_per_step or rounds >= recipe.max_refill_rounds:
+        refills = len(every) - 1
+        full = kept_groups >= prompts_per_step or refills >= recipe.max_refill_rounds
+        if full or not recipe.dynamic_sampling:
             break
-        if not recipe.dynamic_sampling:
-            break
-        rounds += 1
-    rollout = _first_groups(Rollout.concat(parts), prompts_per_step) if parts else None
-    trained = 0 if rollout is None else int(rollout.loss_mask.sum())
-    all_rows = Rollout.concat(every)
-    metrics = {
-        "rollout/candidate_groups": float(candidates),
-        "rollout/kept_groups": float(
-            0 if rollout is None else torch.unique(rollout.group_ids).numel()
-        ),
-        "rollout/refill_rounds": float(rounds),
-        "rollout/generated_tokens": float(generated),
-        "rollout/trained_tokens": float(trained),
-        "rollout/discarded_tokens": float(generated - trained),
-        "rollout/generated_responses": float(len(all_rows)),
-        "rollout/retired_prompts": float(retired),
-        "rollout/pool_size": float(pool.active_size),
-        "rollout/truncated_frac": float(all_rows.truncated.float().mean()),
-        "rollout/interrupted_frac": _interrupted_frac(all_rows),
-        "rollout/response_length": float(all_rows.lengths.mean()),
-        "reward/mean": float(all_rows.rewards.mean()),
-        "reward/accuracy": float(all_rows.correct.mean()),
-        "reward/format_rate": float(all_rows.formatted.mean()),
-        "time/rollout_s": time.perf_counter() - start,
-    }
+    rollout = _first_groups(Rollout.concat(kept), prompts_per_step) if kept else None
+    metrics = _cost_metrics(Rollout.concat(every), rollout, len(every) - 1, prompts_per_step)
+    rollout_s = time.perf_counter() - start
+    discarded_share = metrics["rollout/discarded_tokens"] / max(
+        metrics["rollout/generated_tokens"], 1
+    )
+    metrics.update(
+        {
+            "rollout/retired_prompts": float(retired),
+            "rollout/pool_size": float(pool.active_size),
+            "time/rollout_s": rollout_s,
+            "time/refill_s": rollout_s - first_round_s,
+            # Generation time is proportional to tokens, so this is the share spent on waste.
+            "time/discarded_rollout_s": rollout_s * discarded_share,
+        }
+    )
     return Collected(rollout, metrics)
+
+
+def _cost_metrics(
+    every: Rollout, kept: Rollout | None, refills: int, prompts_per_step: int
+) -> dict[str, float]:
+    """What the step's sampling produced, what of it is trained on, and what was wasted."""
+    generated = float(every.loss_mask.sum())
+    trained = 0.0 if kept is None else float(kept.loss_mask.sum())
+    return {
+        "rollout/candidate_groups": float((refills + 1) * prompts_per_step),
+        "rollout/kept_groups": float(0 if kept is None else torch.unique(kept.group_ids).numel()),
+        "rollout/refill_rounds": float(refills),
+        "rollout/generated_tokens": generated,
+        "rollout/trained_tokens": trained,
+        "rollout/discarded_tokens": generated - trained,
+        "rollout/generated_responses": float(len(every)),
+        "rollout/truncated_frac": float(every.truncated.float().mean()),
+        "rollout/interrupted_frac": _interrupted_frac(every),
+        "rollout/response_length": float(every.lengths.mean()),
+        "reward/mean": float(every.rewards.mean()),
+        "reward/accuracy": float(every.correct.mean()),
+        "reward/format_rate": float(every.formatted.mean()),
+    }
 
 
 def _interrupted_frac(rollout: Rollout) -> float:
