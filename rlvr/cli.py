@@ -165,6 +165,31 @@ def cmd_evalsize(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from rlvr.eval.run import evaluate_model
+    from rlvr.train.config import apply_override
+
+    options: dict = {}
+    try:
+        for assignment in args.set:
+            apply_override(options, assignment)
+        metrics = evaluate_model(
+            args.model,
+            args.task,
+            options.get("task_options", {}),
+            split=args.split,
+            size=args.size,
+            samples=args.samples,
+            temperature=args.temperature,
+            max_new_tokens=args.max_new_tokens,
+            seed=args.seed,
+        )
+    except (ValueError, OSError) as err:
+        return _fail(str(err))
+    print(json.dumps(metrics, indent=1))
+    return 0
+
+
 def _fail(message: str) -> int:
     print(f"rlvr: error: {message}", file=sys.stderr)
     return 2
@@ -195,6 +220,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_train)
+    p = sub.add_parser("eval", help="evaluate a policy on a task split")
+    p.add_argument(
+        "--model", default="embedded", help="'embedded', a checkpoint's policy/ dir, or a hub id"
+    )
+    p.add_argument("--task", default="arithmetic", help="task name: arithmetic, countdown")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="task_options.KEY=VALUE",
+        help="task option, e.g. --set task_options.digits=3 (repeatable)",
+    )
+    p.add_argument("--split", default="eval", help="train, dev or eval")
+    p.add_argument("--size", type=int, default=0, help="first N problems (0: all)")
+    p.add_argument("--samples", type=int, default=1, help="samples per problem (avg@k, pass@k)")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=int, default=14)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_eval)
     p = sub.add_parser("audit", help="loss, advantages and d loss/d logprob of a JSON batch")
     p.add_argument("batch", help="JSON file, or - for standard input")
     p.add_argument("--recipe", help="override the batch's recipe")
