@@ -34,7 +34,8 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_loss.py
+	$(BIN)/python benchmarks/bench_rollout.py
+	$(BIN)/python benchmarks/bench_step.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

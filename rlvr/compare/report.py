@@ -1,0 +1,278 @@
+"""The comparison report: `DIR/results.csv`, `DIR/report.md` and `DIR/plots/*.png`.
+
+It reads only what the runs wrote (summary.json, metrics.jsonl, config.yaml), so it can be
+rebuilt at any time from finished cells (`rlvr compare --report-only`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rlvr.compare.curves import SigmoidFit, fit_sigmoid
+from rlvr.compare.differences import Difference, all_differences
+from rlvr.compare.matrix import MatrixSpec
+from rlvr.compare.results import COLUMNS, CellResult, load_cell, write_results_csv
+from rlvr.compare.stats import detectable_delta, evalsize, paired_bootstrap, sign_test, t_interval
+
+
+@dataclass
+class Report:
+    path: Path
+    plots: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _group(results: list[CellResult]) -> dict[str, list[CellResult]]:
+    groups: dict[str, list[CellResult]] = {}
+    for result in results:
+        groups.setdefault(result.cell.label, []).append(result)
+    return groups
+
+
+def _ci(values: list[float], digits: int = 3) -> str:
+    finite = [v for v in values if v is not None and np.isfinite(v)]
+    return t_interval(finite).format(digits) if finite else "—"
+
+
+def _mean(values: list[float], fmt: str = "{:,.0f}") -> str:
+    finite = [v for v in values if v is not None and np.isfinite(v)]
+    return fmt.format(float(np.mean(finite))) if finite else "—"
+
+
+def summary_table(groups: dict[str, list[CellResult]]) -> str:
+    header = ["condition", "seeds", "final acc", "best acc", "format rate", "resp. len",
+              "gen. tokens", "discarded", "rollout s", "train s", "total s", "clip frac",
+              "seq clip frac"]  # fmt: skip
+    rows = []
+    for label, cells in groups.items():
+        final = [c.summary["final"] for c in cells]
+        secs = [c.summary["seconds"] for c in cells]
+        rows.append([
+            label, str(len(cells)),
+            _ci([f["eval/accuracy"] for f in final]),
+            _ci([c.summary["best"]["eval/accuracy"] for c in cells]),
+            _ci([f.get("eval/format_rate") for f in final]),
+            _mean([f.get("eval/response_length") for f in final], "{:.1f}"),
+            _mean([c.summary["generated_tokens"] for c in cells]),
+            _mean([c.summary["discarded_tokens"] for c in cells]),
+            _mean([s.get("time/rollout_s") for s in secs], "{:.0f}"),
+            _mean([s.get("time/train_s") for s in secs], "{:.0f}"),
+            _mean([s.get("wall_s") for s in secs], "{:.0f}"),
+            _mean([c.mean_metric("clip/frac") for c in cells], "{:.4f}"),
+            _mean([c.mean_metric("clip/seq_frac") for c in cells], "{:.4f}"),
+        ])  # fmt: skip
+    return md_table(header, rows)
+
+
+def _paired_items(a: list[CellResult], b: list[CellResult]) -> tuple[np.ndarray, np.ndarray]:
+    """(seeds, items) arrays of final per-item correctness over the seeds both share."""
+    a_by, b_by = {c.cell.seed: c for c in a}, {c.cell.seed: c for c in b}
+    seeds = sorted(set(a_by) & set(b_by))
+    if not seeds:
+        return np.empty((0, 0)), np.empty((0, 0))
+    return np.stack([a_by[s].items for s in seeds]), np.stack([b_by[s].items for s in seeds])
+
+
+def paired_table(groups: dict[str, list[CellResult]], baseline: str) -> str:
+    header = ["condition", "Δ final acc vs " + baseline, "95% bootstrap CI", "paired seeds",
+              "items better / worse / tied", "sign-test p"]  # fmt: skip
+    rows = []
+    for label, cells in groups.items():
+        if label == baseline or baseline not in groups:
+            continue
+        a, b = _paired_items(cells, groups[baseline])
+        if a.size == 0 or a.shape != b.shape:
+            rows.append([label, "—", "no paired seeds with equal eval sets", "0", "—", "—"])
+            continue
+        ci = paired_bootstrap(a, b)
+        test = sign_test(a, b)
+        rows.append([
+            label, f"{ci.mean:+.3f}", f"[{ci.low:+.3f}, {ci.high:+.3f}]", str(a.shape[0]),
+            f"{test.wins} / {test.losses} / {test.ties}", f"{test.p_value:.3g}",
+        ])  # fmt: skip
+    return md_table(header, rows)
+
+
+def fit_curves(groups: dict[str, list[CellResult]]) -> tuple[dict[str, SigmoidFit], list[str]]:
+    """A sigmoid per condition on every (generated tokens, accuracy) eval point."""
+    fits, notes = {}, []
+    for label, cells in groups.items():
+        rows = [r for c in cells for r in c.rows if r["eval/accuracy"] is not None]
+        r0 = float(np.mean([c.summary["initial"]["eval/accuracy"] for c in cells]))
+        try:
+            fits[label] = fit_sigmoid(
+                [r["generated_tokens"] for r in rows], [r["eval/accuracy"] for r in rows], r0
+            )
+        except (ValueError, RuntimeError) as err:
+            notes.append(f"{label}: no fit ({err})")
+    return fits, notes
+
+
+def fit_table(fits: dict[str, SigmoidFit]) -> str:
+    header = ["condition", "R0", "A (asymptote)", "C_mid (tokens)", "B", "R²", "points", "quality"]
+    rows = [
+        [label, f"{f.r0:.3f}", f"{f.a:.3f}", f"{f.c_mid:,.0f}", f"{f.b:.2f}", f"{f.r2:.2f}",
+         str(f.points), f.quality()]
+        for label, f in fits.items()
+    ]  # fmt: skip
+    return md_table(header, rows)
+
+
+def differences_section(diffs: list[Difference], baseline: str) -> tuple[str, list[str]]:
+    """The explicit list of what differed between cells, and a warning per stray field."""
+    lines = [f"Each cell's recorded config.yaml against the `{baseline}` cell (same seed; "
+             "`seed` and `out` always differ and are not listed)."]  # fmt: skip
+    compared: dict[str, dict[str, str]] = {}
+    for d in diffs:
+        if d.allowed and d.key not in {"seed", "out"}:
+            compared.setdefault(d.label, {})[d.key] = f"{d.baseline_value!r} → {d.value!r}"
+    for label, keys in compared.items():
+        changed = ", ".join(f"`{k}`: {v}" for k, v in sorted(keys.items()))
+        lines.append(f"- **{label}**: {changed}")
+    if not compared:
+        lines.append("- no compared field differs (every cell runs the same condition)")
+    warnings = [d.warning() for d in diffs if not d.allowed]
+    if warnings:
+        lines.append("\n**WARNING: cells differ in fields that are not the compared choice; "
+                     "the comparison is confounded:**")  # fmt: skip
+        lines += [f"- ⚠ {w}" for w in warnings]
+    else:
+        lines.append("\nOnly the compared choice differs between cells. ✔")
+    return "\n".join(lines), warnings
+
+
+def evalsize_section(groups: dict[str, list[CellResult]], baseline: str) -> str:
+    cells = groups.get(baseline) or next(iter(groups.values()))
+    items = len(cells[0].summary["final_eval_items"])
+    p = float(np.mean([c.summary["final"]["eval/accuracy"] for c in cells]))
+    p = min(max(p, 0.01), 0.99)
+    delta = detectable_delta(p, items)
+    rows = [[f"{d:+.2f}", f"{evalsize(p, d):,}"] for d in (0.01, 0.02, 0.03, 0.05, 0.10)
+            if p + d < 1]  # fmt: skip
+    return "\n".join([
+        f"With {items} eval items and a baseline accuracy of {p:.3f}, a single run resolves "
+        f"a difference of about **{delta:.3f}** (power 0.8, two-sided α = 0.05).",
+        "Items per condition needed for other differences:\n",
+        md_table(["δ", "items"], rows),
+        "\nTwo-proportion z-test, normal approximation, independent samples (Fleiss, Levin & "
+        "Paik 2003, Eq. 4.14; `rlvr evalsize`). This comparison is paired (same items for "
+        "every cell) and averages seeds, so it needs fewer items than this.",
+    ])  # fmt: skip
+
+
+def _header(spec: MatrixSpec, results, missing: list[str], out: Path) -> str:
+    base = spec.base
+    lines = [
+        f"# Comparison: {', '.join(spec.labels())} on `{base.get('task', 'arithmetic')}`",
+        "",
+        f"- **Budget**: {spec.budget.describe()}.",
+        f"- **Seeds**: {', '.join(map(str, spec.seeds))}; **baseline**: `{spec.baseline_label}`.",
+        f"- **Cells**: {len(results)} finished"
+        + (f", {len(missing)} missing: {', '.join(missing)}" if missing else "") + ".",
+        f"- **Base config** (shared by every cell): `{base}`.",
+        "- CIs over seeds are mean ± t₀.₉₇₅,ₙ₋₁·s/√n (Student t, n seeds).",
+    ]  # fmt: skip
+    cell_seconds = sum(r.summary["seconds"]["wall_s"] for r in results)
+    lines.append(f"- **Cell seconds** (sum of every cell's wall time): {cell_seconds:,.0f} s.")
+    lines.append(_invocations_line(out))
+    return "\n".join(lines)
+
+
+def _invocations_line(out: Path) -> str:
+    path = out / "invocations.jsonl"
+    if not path.exists():
+        return "- **Matrix wall time**: not recorded (no invocations.jsonl)."
+    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    seconds = sum(r["seconds"] for r in runs)
+    ran = sum(len(r["ran"]) for r in runs)
+    jobs = sorted({r["jobs"] for r in runs})
+    return (
+        f"- **Matrix wall time**: {seconds:,.0f} s over {len(runs)} invocation(s) of "
+        f"`rlvr compare` (jobs = {', '.join(map(str, jobs))}), {ran} cells run."
+    )
+
+
+PLOT_TITLES = {
+    "accuracy_vs_step.png": "Accuracy vs optimizer step",
+    "accuracy_vs_tokens.png": "Accuracy vs generated tokens",
+    "accuracy_vs_wall.png": "Accuracy vs wall time",
+    "response_length.png": "Training response length",
+    "clip_fraction.png": "Clip fraction",
+    "compute_fit.png": "Sigmoid compute fits",
+}
+
+
+def _sections(spec, groups, fits, fit_notes, diff_text, plots, out: Path) -> list[str]:
+    baseline = spec.baseline_label
+    plot_lines = [f"![{PLOT_TITLES.get(p.name, p.name)}]({p.relative_to(out).as_posix()})"
+                  for p in plots]  # fmt: skip
+    return [
+        "## Results per condition",
+        "Final and best held-out accuracy (mean ± 95% CI over seeds), format rate and mean "
+        "response length at the final eval; generated and discarded tokens, rollout, train "
+        "and total seconds per cell (means); clip fractions averaged over training steps.",
+        summary_table(groups),
+        f"## Paired comparisons against `{baseline}`",
+        "Δ = mean final accuracy minus the baseline's. The bootstrap (10,000 resamples) "
+        "resamples paired seeds and eval items; the sign test counts eval items whose "
+        "seed-averaged correctness is higher / lower than the baseline's (exact binomial, "
+        "two-sided; McNemar's exact test with one seed).",
+        paired_table(groups, baseline),
+        "## Compute curves (ScaleRL sigmoid)",
+        "R(C) = R0 + (A − R0) / (1 + (C_mid/C)^B) (Khatri et al. 2025, arXiv 2510.13786, "
+        "Eq. 1), C = cumulative generated tokens, R0 = mean initial accuracy, fitted to every "
+        "eval point of every seed. A is the predicted ceiling, C_mid the tokens to reach half "
+        "the gain. A fit is marked unreliable when R² < 0.8, when C_mid lies outside the "
+        "measured compute (then A is an extrapolation), or when A sits at its bound 1.",
+        fit_table(fits) + ("\n\n" + "\n".join(f"- {n}" for n in fit_notes) if fit_notes else ""),
+        "## Eval-set size",
+        evalsize_section(groups, baseline),
+        "## What differed between cells",
+        diff_text,
+        "## Plots",
+        "Thin lines: single seeds; thick: mean over seeds.",
+        "\n\n".join(plot_lines),
+        "## Files",
+        f"`results.csv`: one row per cell and eval point; columns {', '.join(COLUMNS)}. "
+        "Token and seconds columns are cumulative up to the eval point; `wall_s` is seconds "
+        "since the run started; training metrics (reward/, rollout/response_length, clip/) "
+        "are means over the steps since the previous eval point. Per-cell runs are under "
+        "`cells/<label>-seed<k>/`.",
+    ]  # fmt: skip
+
+
+def build_report(spec: MatrixSpec, out_dir: str | Path) -> Report:
+    """Write results.csv, report.md and plots/ for the finished cells of `spec`."""
+    from rlvr.compare.plots import plot_comparison
+
+    out = Path(out_dir)
+    cells = spec.cells(out)
+    loaded = [(c, load_cell(c)) for c in cells]
+    results = [r for _, r in loaded if r is not None]
+    missing = [c.name for c, r in loaded if r is None]
+    if not results:
+        raise ValueError(f"no finished cells under {out / 'cells'}; run `rlvr compare` first")
+    write_results_csv(results, out / "results.csv")
+    groups = _group(results)
+    fits, fit_notes = fit_curves(groups)
+    diff_text, warnings = differences_section(
+        all_differences(results, spec.baseline_label), spec.baseline_label
+    )
+    plots = plot_comparison(results, fits, out / "plots")
+    body = [_header(spec, results, missing, out)]
+    body += _sections(spec, groups, fits, fit_notes, diff_text, plots, out)
+    path = out / "report.md"
+    path.write_text("\n\n".join(body) + "\n")
+    if missing:
+        warnings.append(f"{len(missing)} cells have not finished: {', '.join(missing)}")
+    return Report(path, plots, warnings)

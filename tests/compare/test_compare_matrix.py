@@ -1,0 +1,92 @@
+"""The matrix end to end on tiny cells: resume, report, the uncompared-field warning."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import fields
+
+import pytest
+import yaml
+from compare_testlib import tiny_spec
+
+from rlvr.cli import main
+from rlvr.compare import build_report, run_matrix
+from rlvr.compare.results import TIME_COLUMNS
+from rlvr.train import TrainConfig
+
+QUIET = {"log": lambda message: None}
+
+
+def _rows_without_time(path):
+    with open(path) as fh:
+        return [{k: v for k, v in r.items() if k not in TIME_COLUMNS} for r in csv.DictReader(fh)]
+
+
+def test_report_has_every_part(finished_matrix):
+    report = build_report(tiny_spec(), finished_matrix)
+    assert report.warnings == []
+    text = report.path.read_text()
+    for part in ("Paired comparisons against `grpo`", "ScaleRL sigmoid", "Eval-set size",
+                 "Only the compared choice differs", "equal optimizer steps: 2",
+                 "Matrix wall time", "over 1 invocation"):  # fmt: skip
+        assert part in text
+    # dr_grpo's differences from grpo are recipe fields, listed explicitly
+    assert "**dr_grpo**: " in text and "`recipe`: 'grpo' → 'dr_grpo'" in text
+    assert sorted(p.name for p in report.plots) == sorted(
+        ["accuracy_vs_step.png", "accuracy_vs_tokens.png", "accuracy_vs_wall.png",
+         "response_length.png", "clip_fraction.png", "compute_fit.png"]
+    )  # fmt: skip
+    assert all(p.stat().st_size > 1000 for p in report.plots)
+    rows = _rows_without_time(finished_matrix / "results.csv")
+    assert len(rows) == 4 * 3  # 4 cells × eval at steps 0, 1, 2
+    assert {r["label"] for r in rows} == {"grpo", "dr_grpo"}
+
+
+def test_interrupted_matrix_resumes_with_identical_results(matrix_copy):
+    build_report(tiny_spec(), matrix_copy)
+    before = _rows_without_time(matrix_copy / "results.csv")
+    for name in ("grpo-seed1", "dr_grpo-seed0"):  # interrupted before summary.json
+        (matrix_copy / "cells" / name / "summary.json").unlink()
+    run = run_matrix(tiny_spec(), matrix_copy, jobs=2, **QUIET)
+    assert sorted(run.ran) == ["dr_grpo-seed0", "grpo-seed1"]
+    assert sorted(run.skipped) == ["dr_grpo-seed1", "grpo-seed0"]
+    assert not run.failed and not run.stale
+    build_report(tiny_spec(), matrix_copy)
+    assert _rows_without_time(matrix_copy / "results.csv") == before
+    again = run_matrix(tiny_spec(), matrix_copy, **QUIET)
+    assert again.ran == [] and len(again.skipped) == 4
+
+
+def test_uncompared_field_difference_warns(matrix_copy):
+    path = matrix_copy / "cells" / "dr_grpo-seed1" / "config.yaml"
+    config = yaml.safe_load(path.read_text())
+    config["lr"] = 2e-4  # as if this cell ran with another base config
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    report = build_report(tiny_spec(), matrix_copy)
+    assert len(report.warnings) == 1
+    assert "dr_grpo-seed1" in report.warnings[0] and "'lr'" in report.warnings[0]
+    assert "WARNING" in report.path.read_text()
+    assert run_matrix(tiny_spec(), matrix_copy, **QUIET).stale == ["dr_grpo-seed1"]
+
+
+def test_cli_report_only_and_evalsize(matrix_copy, capsys):
+    assert main(["compare", "--out", str(matrix_copy), "--report-only"]) == 0
+    assert "report.md" in capsys.readouterr().out
+    assert main(["evalsize", "--baseline", "0.6", "--delta", "0.03", "--power", "0.8"]) == 0
+    assert capsys.readouterr().out.startswith("4129 eval items per condition")
+
+
+@pytest.mark.skipif(
+    "max_generated_tokens" not in {f.name for f in fields(TrainConfig)},
+    reason="TrainConfig.max_generated_tokens not implemented yet",
+)
+def test_token_budget_stops_each_cell_at_the_budget(tmp_path, one_thread):
+    spec = tiny_spec(recipes=["dapo"], seeds=[0], budget={"mode": "tokens", "value": 300})
+    run = run_matrix(spec, tmp_path, **QUIET)
+    assert not run.failed, run.failed
+    report = build_report(spec, tmp_path)
+    assert "equal generated tokens" in report.path.read_text()
+    rows = list(csv.DictReader((tmp_path / "results.csv").open()))
+    last = float(rows[-1]["generated_tokens"])
+    per_step = last / int(rows[-1]["step"])
+    assert 300 <= last < 300 + 2 * per_step  # stopped at the first step past the budget
