@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 from typing import Any
 
 import torch
@@ -82,6 +83,22 @@ class Trainer:
             self.tokenizer.pad_token_id,
         )
         self.step = 0
+        self._check_overlong_budget()
+
+    def _check_overlong_budget(self) -> None:
+        """Warn when DAPO's soft punishment would already hit the task's reference answers."""
+        if not self.recipe.overlong_penalty:
+            return
+        ramp_start = self.cfg.max_new_tokens - self.recipe.overlong_cache
+        longest = max(len(self.tokenizer.encode(p.target)) + 1 for p in self.pool.problems[:2000])
+        if longest > ramp_start:
+            warnings.warn(
+                f"soft overlong punishment starts after {ramp_start} tokens (max_new_tokens="
+                f"{self.cfg.max_new_tokens} − overlong_cache={self.recipe.overlong_cache}) but "
+                f"reference answers of this task take up to {longest} tokens with EOS: correct "
+                f"answers will be punished; raise max_new_tokens or lower overlong_cache",
+                stacklevel=2,
+            )
 
     def _load_policy(self):
         cfg = self.cfg
