@@ -138,3 +138,11 @@ def test_pool_state_round_trips():
     clone = PromptPool(problems, seed=3, retire_threshold=0.9)
     clone.load_state_dict(pool.state_dict())
     assert [p.uid for p in clone.next(9)] == [p.uid for p in pool.next(9)]
+
+
+def test_overlong_ramp_inside_the_answers_is_warned_about(small_config):
+    import pytest
+
+    # " \boxed{NNN}" + EOS is up to 13 tokens; 14 − 4 = 10 < 13.
+    with pytest.warns(UserWarning, match="overlong"):
+        Trainer(small_config(recipe="dapo", max_new_tokens=14, overlong_cache=4))
