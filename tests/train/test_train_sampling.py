@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rlvr.algo.recipes import get_recipe
@@ -141,8 +142,6 @@ def test_pool_state_round_trips():
 
 
 def test_overlong_ramp_inside_the_answers_is_warned_about(small_config):
-    import pytest
-
     # " \boxed{NNN}" + EOS is up to 13 tokens; 14 − 4 = 10 < 13.
     with pytest.warns(UserWarning, match="overlong"):
         Trainer(small_config(recipe="dapo", max_new_tokens=14, overlong_cache=4))
