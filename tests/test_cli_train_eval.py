@@ -73,3 +73,12 @@ def test_bad_input_is_one_line_naming_the_field(argv, named, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert named in err and err.count("\n") == 1
+
+
+def test_exponent_floats_are_floats_in_yaml_and_set(tmp_path):
+    from rlvr.train.config import load_yaml, resolve_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("lr: 1e-4\ncritic_lr: 2.5E-3\n")
+    cfg = resolve_config(load_yaml(path), ["clip_high=3e-1"])
+    assert (cfg.lr, cfg.critic_lr, cfg.build_recipe().clip_high) == (1e-4, 2.5e-3, 0.3)

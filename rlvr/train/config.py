@@ -7,6 +7,7 @@ overridden at the top level). YAML files and `--set key=value` overrides both go
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -109,13 +110,29 @@ TRAIN_KEYS = {f.name for f in fields(TrainConfig)} - {"overrides"}
 RECIPE_KEYS = set(recipe_fields()) - {"name", "source"}
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads `1e-4` as a string; users mean a float, as YAML 1.2 and Python do."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def read_yaml(text: str) -> Any:
+    """Parse YAML with exponent floats (1e-4) read as floats."""
+    return yaml.load(text, Loader=_Loader)
+
+
 def config_docs() -> dict[str, str]:
     return {f.name: f.metadata.get("doc", "") for f in fields(TrainConfig) if f.name != "overrides"}
 
 
 def parse_value(text: str) -> Any:
     """A `--set` value parsed as YAML: 0.3 → float, true → bool, null → None, abc → 'abc'."""
-    return yaml.safe_load(text) if text.strip() else ""
+    return read_yaml(text) if text.strip() else ""
 
 
 def apply_override(data: dict[str, Any], assignment: str) -> None:
@@ -164,7 +181,7 @@ def resolve_config(
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file; errors name the file."""
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = read_yaml(Path(path).read_text()) or {}
     except OSError as err:
         raise ValueError(f"config file {str(path)!r}: {err.strerror}") from None
     except yaml.YAMLError as err:
