@@ -91,3 +91,8 @@ class RolloutEngine(Protocol):
     def generate_ids(
         self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator
     ) -> Generation: ...
+
+    def sync_weights(self) -> None:
+        """Make the engine sample from the trainer's current weights (called after every
+        policy update; a no-op for an engine that shares the trainer's module)."""
+        ...

@@ -73,6 +73,9 @@ class HFEngine:
             self.model.train(was_training)
         return self._package(prompt_ids, prompt_index, tokens, logprobs, lengths, params)
 
+    def sync_weights(self) -> None:
+        """Nothing to do: this engine samples with the trainer's own module."""
+
     def _next_logits(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
         hidden = self.model.base_model(
             input_ids=input_ids,

@@ -29,6 +29,9 @@ class ForcedInterruption:
                 f"think_budget must be ≥ 1 and the phrase non-empty, got {budget}, {phrase!r}"
             )
 
+    def sync_weights(self) -> None:
+        self.engine.sync_weights()
+
     def generate(
         self, prompts: list[str], params: SamplingParams, generator: torch.Generator
     ) -> Generation:

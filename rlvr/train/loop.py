@@ -190,6 +190,7 @@ class Trainer:
         metrics.update(
             policy_update(self.model, self.optimizer, self.recipe, rollout, prepared, self.settings)
         )
+        self.engine.sync_weights()
         if self.critic is not None:
             metrics.update(
                 self._critic_steps(rollout, prepared.returns, prepared.response_mask, prepared.keep)

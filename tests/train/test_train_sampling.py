@@ -19,6 +19,9 @@ G = 4
 class ScriptedEngine:
     """Responses spelled out per prompt: the prompt text is the pattern, e.g. '1100'."""
 
+    def sync_weights(self):
+        pass
+
     def generate(self, prompts, params, generator):
         texts = [ch for p in prompts for ch in p[: params.group_size]]
         rows = len(texts)
