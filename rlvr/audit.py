@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from rlvr.algo import get_recipe, policy_loss, prepare_batch
+from rlvr.algo.aggregation import aggregation_weights
 from rlvr.algo.regularizers import value_loss
 
 
@@ -197,7 +198,9 @@ def run_audit(data: Any) -> dict[str, Any]:
     if prepared.returns is not None:
         result["value_targets"] = _nest(prepared.returns, batch.shape)
         per_token = value_loss(batch.values, batch.values, prepared.returns, recipe.value_clip)
-        metrics["loss/value"] = float((per_token * prepared.loss_weights).sum())
+        # The critic regresses with a token mean over the kept tokens, as in training.
+        value_weights = aggregation_weights("token_mean", prepared.response_mask, batch.group_ids)
+        metrics["loss/value"] = float((per_token * value_weights).sum())
     result["metrics"] = {k: round(v, 10) for k, v in sorted(metrics.items())}
     return result
 

@@ -107,9 +107,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     except ValueError as err:
         return _fail(str(err))
+    from rlvr.train.prompt_pool import PoolExhausted
+
     try:
         summary = run_training(cfg)
-    except (ValueError, OSError) as err:  # bad task options, model path, out dir...
+    except (ValueError, OSError, PoolExhausted) as err:  # bad task options, model path, out dir...
         if os.environ.get("RLVR_DEBUG"):
             raise
         return _fail(f"{err} (set RLVR_DEBUG=1 for the traceback)")

@@ -43,8 +43,9 @@ def rloo(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
 def batch_norm(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     """ScaleRL (Khatri 2025, arXiv 2510.13786, §3.2): x_i = r_i − mean_g r; Â_i = x_i / (std_batch x + ε).
 
-    The std is unbiased over every response of the batch, zero-variance groups included
-    (they contribute x = 0), as in the paper's batch-level normalization.
+    The std is unbiased over every response of the batch it is given. Zero-variance groups
+    in that batch count (with x = 0); the `scalerl` recipe filters them out first
+    (zero-variance filtering), so there the std is over the informative groups only.
     """
     centred = group_mean_baseline(rewards, group_ids)
     if centred.numel() < 2:

@@ -99,6 +99,7 @@ class Recipe:
             raise ValueError(f"overlong_cache must be ≥ 1, got {self.overlong_cache}")
         if self.retire_threshold is not None and not 0.0 < self.retire_threshold <= 1.0:
             raise ValueError(f"retire_threshold must be in (0, 1], got {self.retire_threshold}")
+        _check_ranges(self)
         if self.max_refill_rounds < 0:
             raise ValueError(f"max_refill_rounds must be ≥ 0, got {self.max_refill_rounds}")
 
@@ -109,6 +110,35 @@ class Recipe:
     @property
     def needs_reference(self) -> bool:
         return self.kl is not None and self.kl_coef > 0
+
+
+def _check_ranges(recipe: Recipe) -> None:
+    """Numeric fields outside the range their formula admits are rejected by name."""
+    checks = {
+        "gamma": 0.0 < recipe.gamma <= 1.0,
+        "lam": 0.0 <= recipe.lam <= 1.0,
+        "vapo_alpha": recipe.vapo_alpha > 0.0,
+        "dual_clip_c": recipe.dual_clip_c > 1.0,
+        "tis_cap": recipe.tis_cap is None or recipe.tis_cap > 0.0,
+        "value_clip": recipe.value_clip is None or recipe.value_clip > 0.0,
+        "value_pretrain_steps": recipe.value_pretrain_steps >= 0,
+        "nll_coef": recipe.nll_coef >= 0.0,
+        "entropy_coef": recipe.entropy_coef >= 0.0,
+    }
+    valid = {
+        "gamma": "in (0, 1]",
+        "lam": "in [0, 1]",
+        "vapo_alpha": "> 0",
+        "dual_clip_c": "> 1",
+        "tis_cap": "> 0 or None",
+        "value_clip": "> 0 or None",
+        "value_pretrain_steps": "≥ 0",
+        "nll_coef": "≥ 0",
+        "entropy_coef": "≥ 0",
+    }
+    for name, ok in checks.items():
+        if not ok:
+            raise ValueError(f"{name} must be {valid[name]}, got {getattr(recipe, name)!r}")
 
 
 def _check_choice(name: str, value: object, valid: tuple[str, ...]) -> None:

@@ -25,10 +25,12 @@ def outcome_token_rewards(
 
     rewards (N,), response_mask (N, T), kl (N, T) or None → token rewards (N, T).
     """
-    lengths = response_mask.sum(-1).long()
-    last = (lengths - 1).clamp(min=0)
+    # The last *valid* position: masks may have holes (engine-inserted tokens), so the
+    # count of valid tokens minus one is not it.
+    steps = response_mask.shape[-1]
+    last = steps - 1 - (response_mask > 0).flip(-1).to(torch.long).argmax(-1)
+    has_tokens = (response_mask > 0).any(-1).to(rewards.dtype)
     token_rewards = torch.zeros_like(response_mask, dtype=rewards.dtype)
-    has_tokens = (lengths > 0).to(rewards.dtype)
     token_rewards[torch.arange(len(rewards)), last] = rewards * has_tokens
     if kl is not None and kl_coef:
         token_rewards = token_rewards - kl_coef * kl * response_mask

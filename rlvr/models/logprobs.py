@@ -84,11 +84,13 @@ def response_logprobs(
     temperature: float = 1.0,
     fp32_head: bool = True,
     return_entropy: bool = False,
+    entropy_grad: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """log π(y_t | x, y_<t) of every response token under `softmax(logits / temperature)`.
 
     Returns `logprobs` (B, T), 0 where `response_mask` is 0, differentiable w.r.t. the
-    model; with `return_entropy`, also the per-token entropy (B, T) of that distribution.
+    model; with `return_entropy`, also the per-token entropy (B, T) of that distribution
+    (differentiable only with `entropy_grad`).
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -105,5 +107,7 @@ def response_logprobs(
     token_logprobs = torch.where(valid, token_logprobs, torch.zeros_like(token_logprobs))
     if not return_entropy:
         return token_logprobs
-    entropy = -(log_probs.exp() * log_probs.clamp(min=torch.finfo(log_probs.dtype).min)).sum(-1)
+    # Without an entropy bonus the entropy is only logged: keep it out of the autograd graph.
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        entropy = -(log_probs.exp() * log_probs.clamp(min=torch.finfo(log_probs.dtype).min)).sum(-1)
     return token_logprobs, torch.where(valid, entropy, torch.zeros_like(entropy))

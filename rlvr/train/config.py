@@ -89,9 +89,21 @@ class TrainConfig:
                 f"num_minibatches={self.num_minibatches} exceeds prompts_per_step="
                 f"{self.prompts_per_step}: minibatches are split by prompt group"
             )
+        for name in ("save_every", "eval_size"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)!r}")
+        if not 0.0 <= self.warm_target <= 1.0:
+            raise ValueError(f"warm_target must be in [0, 1], got {self.warm_target!r}")
+        if self.think_budget is not None and self.think_budget < 1:
+            raise ValueError(f"think_budget must be ≥ 1 or null, got {self.think_budget!r}")
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe={self.recipe!r} is unknown; valid: {', '.join(RECIPES)}")
-        self.build_recipe()  # validates the overrides
+        recipe = self.build_recipe()  # validates the overrides
+        if recipe.overlong_penalty and recipe.overlong_cache > self.max_new_tokens:
+            raise ValueError(
+                f"overlong_cache={recipe.overlong_cache} exceeds max_new_tokens="
+                f"{self.max_new_tokens}: the soft punishment ramp must fit in the budget"
+            )
 
     def build_recipe(self) -> Recipe:
         return get_recipe(self.recipe, **self.overrides)

@@ -32,6 +32,7 @@ from rlvr.train.sampling import collect_rollouts, sample_groups
 from rlvr.train.update import UpdateSettings, minibatch_rows, policy_update
 
 EVAL_SEED_OFFSET = 1_000_003
+PRETRAIN_SEED_OFFSET = 2_000_003
 
 
 class Trainer:
@@ -179,14 +180,10 @@ class Trainer:
             ref_logprobs=rollout.ref_logprobs,
             values=rollout.values,
         )
-        metrics.update(
-            {
-                k: v
-                for k, v in prepared.stats.items()
-                if k.startswith("reward/") and k not in metrics
-            }
-        )
-        metrics["train/update_skipped"] = 0.0
+        metrics.update(_selection_metrics(metrics, prepared.stats))
+        metrics["train/update_skipped"] = float(not prepared.keep.any())
+        if not prepared.keep.any():  # e.g. every group had zero reward variance
+            return metrics
         metrics.update(
             policy_update(self.model, self.optimizer, self.recipe, rollout, prepared, self.settings)
         )
@@ -222,13 +219,26 @@ class Trainer:
 
     def pretrain_critic(self) -> list[dict[str, float]]:
         """VAPO §4.1 value pre-training: fit V to Monte-Carlo returns (λ = 1) of rollouts from
-        the initial policy, before any policy update. The policy is not touched."""
+        the initial policy, before any policy update. The policy is not touched. Its prompts
+        and samples come from a separately seeded pool and generator, so the RL steps that
+        follow see the same data as every other recipe run with the same seed."""
+        pool = PromptPool(self.task.problems("train"), self.cfg.seed + PRETRAIN_SEED_OFFSET)
+        generator = torch.Generator().manual_seed(self.cfg.seed + PRETRAIN_SEED_OFFSET)
         history = []
         for _ in range(self.recipe.value_pretrain_steps):
-            problems = self.pool.next(self.cfg.prompts_per_step)
+            started = time.perf_counter()
             rollout = sample_groups(
-                self.engine, self.task, problems, self.params, self.generator, group_offset=0
+                self.engine,
+                self.task,
+                pool.next(self.cfg.prompts_per_step),
+                self.params,
+                generator,
+                group_offset=0,
             )
+            cost = {
+                "rollout/generated_tokens": float(rollout.loss_mask.sum()),
+                "time/rollout_s": time.perf_counter() - started,
+            }
             rollout.values = critic_values(
                 self.critic, rollout, self.tokenizer.pad_token_id, self.cfg.micro_batch_size
             )
@@ -238,7 +248,7 @@ class Trainer:
                 rewards, rollout.values.double(), mask.double(), self.recipe.gamma, 1.0
             )
             keep = torch.ones(len(rollout), dtype=torch.bool)
-            history.append(self._critic_steps(rollout, returns.float(), mask, keep))
+            history.append({**cost, **self._critic_steps(rollout, returns.float(), mask, keep)})
         return history
 
     def evaluate(self) -> dict[str, float]:
@@ -264,6 +274,19 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "config": self.cfg.to_dict(),
         }
+
+
+def _selection_metrics(sampled: dict[str, float], stats: dict[str, float]) -> dict[str, float]:
+    """What the batch-level filters (zero-variance, overlong) left to train on: the cost
+    columns count what was finally trained, so filtered samples are discarded ones."""
+    trained = stats["rollout/trained_tokens"]
+    return {
+        "reward/shaped_mean": stats["reward/shaped_mean"],
+        "reward/zero_adv_frac": stats["reward/zero_adv_frac"],
+        "rollout/kept_groups": stats["rollout/kept_groups"],
+        "rollout/trained_tokens": trained,
+        "rollout/discarded_tokens": sampled["rollout/generated_tokens"] - trained,
+    }
 
 
 def _explained_variance(values, returns, mask) -> float:

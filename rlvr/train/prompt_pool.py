@@ -12,6 +12,10 @@ from typing import Any
 from rlvr.tasks import Problem
 
 
+class PoolExhausted(RuntimeError):
+    """Every training prompt was retired; the run cannot draw another batch."""
+
+
 @dataclass
 class PromptPool:
     """Draws prompts epoch by epoch in a seeded order, skipping retired ones.
@@ -46,7 +50,7 @@ class PromptPool:
     def next(self, count: int) -> list[Problem]:
         """The next `count` active prompts in data order, wrapping into a new epoch."""
         if self.active_size == 0:
-            raise RuntimeError(
+            raise PoolExhausted(
                 f"every one of the {len(self.problems)} training prompts is retired "
                 f"(pass rate ≥ {self.retire_threshold}); raise retire_threshold or the train size"
             )

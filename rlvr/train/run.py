@@ -78,6 +78,7 @@ def _run(
 ) -> dict[str, Any]:
     cfg = trainer.cfg
     for i, metrics in enumerate(trainer.pretrain_critic() if trainer.critic else []):
+        totals.add(metrics)  # critic pre-training's rollouts are part of the run's cost
         logger.log(
             -trainer.recipe.value_pretrain_steps + i,
             {f"pretrain/{k}": v for k, v in metrics.items()},

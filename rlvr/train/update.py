@@ -77,7 +77,7 @@ def policy_update(
             )
             optimizer.zero_grad(set_to_none=True)
             active = (rows & ~skip).nonzero().squeeze(-1)
-            for micro in torch.split(active, settings.micro_batch_size):
+            for micro in torch.split(active, settings.micro_batch_size) if len(active) else ():
                 stats.merge(
                     _micro_step(
                         model, recipe, rollout, prepared, weights, nll_weights, micro, settings
@@ -114,6 +114,7 @@ def _micro_step(model, recipe, rollout, prepared, weights, nll_weights, micro, s
         settings.temperature,
         fp32_head=recipe.fp32_head,
         return_entropy=entropy_needed,
+        entropy_grad=recipe.entropy_coef > 0,
     )
     logprobs, entropy = out if entropy_needed else (out, None)
     mask = prepared.response_mask[micro]
@@ -139,6 +140,13 @@ def _micro_step(model, recipe, rollout, prepared, weights, nll_weights, micro, s
 
 
 def _clip_and_step(model, optimizer, max_grad_norm: float) -> float:
+    if all(p.grad is None for p in model.parameters()):
+        # Every row of this step was skipped (zero advantages). Without the skip, backward
+        # would have produced zero gradients and AdamW would still apply momentum and
+        # weight decay; give it those zeros so the update is identical.
+        for p in model.parameters():
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
     params = [p for p in model.parameters() if p.grad is not None]
     norm = 0.0
     if params:

@@ -269,3 +269,13 @@ def test_vapo_gae_short_response_is_td0():
     adv, ret = vapo_gae(rewards, values, mask)
     close(adv, t([[0.1, 0.1, 0.1, 0.2, 0.0, 0.0]]), rtol=1e-12, atol=1e-14)
     close(ret, t([[1.0, 1.0, 1.0, 1.0, 0.0, 0.0]]), rtol=1e-12, atol=1e-14)
+
+
+def test_outcome_reward_sits_on_the_last_valid_token_even_with_a_hole():
+    """Forced interruption leaves a hole (the inserted phrase) in the loss mask: the reward
+    belongs to the last sampled token, index 5 here, not to index mask.sum() − 1 = 3."""
+    from rlvr.algo.token_advantages import outcome_token_rewards
+
+    mask = torch.tensor([[1.0, 1, 0, 0, 1, 1], [1, 1, 1, 0, 0, 0]], dtype=torch.float64)
+    rewards = outcome_token_rewards(torch.tensor([1.0, 2.0], dtype=torch.float64), mask, None, 0.0)
+    assert rewards.tolist() == [[0, 0, 0, 0, 0, 1.0], [0, 0, 2.0, 0, 0, 0]]

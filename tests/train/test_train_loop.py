@@ -102,3 +102,42 @@ def test_grpo_improves_held_out_accuracy(small_config):
     summary = run_training(cfg)
     gain = summary["final"]["eval/accuracy"] - summary["initial"]["eval/accuracy"]
     assert gain >= 0.07, summary
+
+
+class _AllCorrectAfterFirstStep:
+    """The real task for the first step, then every answer correct: zero advantages."""
+
+    def __init__(self, task):
+        self.task, self.calls = task, 0
+
+    def problems(self, split):
+        return self.task.problems(split)
+
+    def verify(self, problem, completion):
+        from rlvr.verify import Verdict
+
+        if self.calls >= 1:
+            return Verdict(True, True, completion)
+        return self.task.verify(problem, completion)
+
+
+def test_a_fully_skipped_step_updates_like_no_skip(small_config):
+    """AdamW still applies momentum on a step whose rows are all skipped (zero advantages):
+    with and without the zero-advantage skip, every parameter takes that second step, and
+    the two updates agree (up to float noise from the first step's micro-batching)."""
+    updates = {}
+    for skip in (True, False):
+        trainer = Trainer(small_config(recipe="gspo", zero_adv_skip=skip, lr=1e-3))
+        trainer.task = _AllCorrectAfterFirstStep(trainer.task)
+        trainer.train_step()
+        after_first = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+        trainer.task.calls = 1
+        metrics = trainer.train_step()
+        assert metrics["train/skipped_rows"] == (16.0 if skip else 0.0)
+        steps = {int(st["step"]) for st in trainer.optimizer.state.values()}
+        assert steps == {2}, f"skip={skip}: AdamW step counts {steps}"
+        after = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+        updates[skip] = after - after_first
+    assert updates[False].abs().max() > 1e-4  # momentum moved the weights on step 2
+    relative = (updates[True] - updates[False]).norm() / updates[False].norm()
+    assert relative < 1e-2
