@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from rlvr.algo import prepare_batch
+from rlvr.algo import PreparedBatch, prepare_batch
 from rlvr.algo.gae import gae
 from rlvr.algo.token_advantages import outcome_token_rewards
 from rlvr.eval import evaluate_policy
@@ -163,27 +163,15 @@ class Trainer:
         )
         metrics = dict(collected.metrics)
         rollout = collected.rollout
+        metrics["train/update_skipped"] = 1.0
         if rollout is None:
-            metrics["train/update_skipped"] = 1.0
             return metrics
         started = time.perf_counter()
-        self._annotate(rollout)
-        prepared = prepare_batch(
-            self.recipe,
-            rewards=rollout.rewards,
-            correct=rollout.correct,
-            truncated=rollout.truncated,
-            response_mask=rollout.loss_mask,
-            group_ids=rollout.group_ids,
-            max_new_tokens=self.cfg.max_new_tokens,
-            old_logprobs=rollout.old_logprobs,
-            ref_logprobs=rollout.ref_logprobs,
-            values=rollout.values,
-        )
+        prepared = self._prepare(rollout)
         metrics.update(_selection_metrics(metrics, prepared.stats))
-        metrics["train/update_skipped"] = float(not prepared.keep.any())
         if not prepared.keep.any():  # e.g. every group had zero reward variance
             return metrics
+        metrics["train/update_skipped"] = 0.0
         metrics.update(
             policy_update(self.model, self.optimizer, self.recipe, rollout, prepared, self.settings)
         )
@@ -195,6 +183,22 @@ class Trainer:
         # Everything after sampling: π_old/π_ref/V forwards, advantages, policy and critic updates.
         metrics["time/train_s"] = time.perf_counter() - started
         return metrics
+
+    def _prepare(self, rollout: Rollout) -> PreparedBatch:
+        """π_old, π_ref and V of the rows, then the recipe's selection, shaping and advantages."""
+        self._annotate(rollout)
+        return prepare_batch(
+            self.recipe,
+            rewards=rollout.rewards,
+            correct=rollout.correct,
+            truncated=rollout.truncated,
+            response_mask=rollout.loss_mask,
+            group_ids=rollout.group_ids,
+            max_new_tokens=self.cfg.max_new_tokens,
+            old_logprobs=rollout.old_logprobs,
+            ref_logprobs=rollout.ref_logprobs,
+            values=rollout.values,
+        )
 
     def _critic_steps(self, rollout, returns, mask, keep) -> dict[str, float]:
         losses = []

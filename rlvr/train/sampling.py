@@ -74,19 +74,12 @@ def collect_rollouts(
 ) -> Collected:
     """One step's batch: sample, verify, (dynamic sampling: filter and refill)."""
     start = time.perf_counter()
-    kept: list[Rollout] = []
     every: list[Rollout] = []
-    kept_groups = retired = 0
-    first_round_s = 0.0
+    kept: list[Rollout] = []
+    retired, first_round_s = 0, 0.0
     while True:
-        batch = sample_groups(
-            engine,
-            task,
-            pool.next(prompts_per_step),
-            params,
-            generator,
-            group_offset=len(every) * prompts_per_step,
-        )
+        offset = len(every) * prompts_per_step
+        batch = sample_groups(engine, task, pool.next(prompts_per_step), params, generator, offset)
         every.append(batch)
         first_round_s = first_round_s or time.perf_counter() - start
         retired += _record_passes(pool, batch)
@@ -94,30 +87,30 @@ def collect_rollouts(
             batch = batch.select(
                 informative_groups(batch.correct, batch.group_ids).nonzero().squeeze(-1)
             )
-        if len(batch):
-            kept.append(batch)
-            kept_groups += int(torch.unique(batch.group_ids).numel())
+        kept += [batch] if len(batch) else []
+        kept_groups = sum(int(torch.unique(b.group_ids).numel()) for b in kept)
         refills = len(every) - 1
-        full = kept_groups >= prompts_per_step or refills >= recipe.max_refill_rounds
-        if full or not recipe.dynamic_sampling:
+        if not recipe.dynamic_sampling or kept_groups >= prompts_per_step:
+            break
+        if refills >= recipe.max_refill_rounds:
             break
     rollout = _first_groups(Rollout.concat(kept), prompts_per_step) if kept else None
     metrics = _cost_metrics(Rollout.concat(every), rollout, len(every) - 1, prompts_per_step)
-    rollout_s = time.perf_counter() - start
-    discarded_share = metrics["rollout/discarded_tokens"] / max(
-        metrics["rollout/generated_tokens"], 1
-    )
-    metrics.update(
-        {
-            "rollout/retired_prompts": float(retired),
-            "rollout/pool_size": float(pool.active_size),
-            "time/rollout_s": rollout_s,
-            "time/refill_s": rollout_s - first_round_s,
-            # Generation time is proportional to tokens, so this is the share spent on waste.
-            "time/discarded_rollout_s": rollout_s * discarded_share,
-        }
-    )
+    metrics.update(_time_metrics(metrics, time.perf_counter() - start, first_round_s))
+    metrics["rollout/retired_prompts"] = float(retired)
+    metrics["rollout/pool_size"] = float(pool.active_size)
     return Collected(rollout, metrics)
+
+
+def _time_metrics(costs: dict[str, float], rollout_s: float, first_round_s: float):
+    """Rollout seconds, the part spent refilling, and the share spent on discarded samples
+    (generation time is proportional to tokens)."""
+    wasted = costs["rollout/discarded_tokens"] / max(costs["rollout/generated_tokens"], 1)
+    return {
+        "time/rollout_s": rollout_s,
+        "time/refill_s": rollout_s - first_round_s,
+        "time/discarded_rollout_s": rollout_s * wasted,
+    }
 
 
 def _cost_metrics(
