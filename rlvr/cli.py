@@ -88,9 +88,23 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_config_help() -> int:
+    from rlvr.train.config import TrainConfig, config_docs
+
+    defaults = TrainConfig()
+    print("Training config keys (YAML or --set KEY=VALUE):")
+    for name, doc in config_docs().items():
+        print(f"  {name:22} {getattr(defaults, name)!s:14} {doc}")
+    print("\nEvery recipe field is a config key too: see `rlvr recipes --fields`.")
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.train import resolve_config, run_training
     from rlvr.train.config import load_yaml
+
+    if args.help_config:
+        return _print_config_help()
 
     try:
         base = load_yaml(args.config) if args.config else {}
@@ -204,6 +218,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--fields", action="store_true", help="also document every recipe field")
     p.set_defaults(func=cmd_recipes)
+    _add_train(sub)
+    _add_eval(sub)
+    p = sub.add_parser("audit", help="loss, advantages and d loss/d logprob of a JSON batch")
+    p.add_argument("batch", help="JSON file, or - for standard input")
+    p.add_argument("--recipe", help="override the batch's recipe")
+    p.add_argument("--table", action="store_true", help="print a readable gradient table")
+    p.set_defaults(func=cmd_audit)
+    _add_compare(sub)
+    p = sub.add_parser("evalsize", help="eval items needed to resolve an accuracy difference")
+    p.add_argument("--baseline", type=float, required=True, help="baseline accuracy, in (0, 1)")
+    p.add_argument("--delta", type=float, required=True, help="difference to resolve")
+    p.add_argument("--power", type=float, default=0.8, help="probability of detecting it")
+    p.add_argument("--alpha", type=float, default=0.05, help="two-sided significance level")
+    p.set_defaults(func=cmd_evalsize)
+    return parser
+
+
+def _add_train(sub) -> None:
     p = sub.add_parser("train", help="train a policy with a recipe on a task")
     p.add_argument("--config", help="YAML config file (keys: see `rlvr train --help-config`)")
     p.add_argument("--recipe", help="named recipe (see `rlvr recipes`)")
@@ -221,7 +253,15 @@ def build_parser() -> argparse.ArgumentParser:
         "or --set task_options.digits=3 (repeatable)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--help-config",
+        action="store_true",
+        help="list every config key with its default and meaning, then exit",
+    )
     p.set_defaults(func=cmd_train)
+
+
+def _add_eval(sub) -> None:
     p = sub.add_parser("eval", help="evaluate a policy on a task split")
     p.add_argument(
         "--model", default="embedded", help="'embedded', a checkpoint's policy/ dir, or a hub id"
@@ -241,19 +281,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=14)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_eval)
-    p = sub.add_parser("audit", help="loss, advantages and d loss/d logprob of a JSON batch")
-    p.add_argument("batch", help="JSON file, or - for standard input")
-    p.add_argument("--recipe", help="override the batch's recipe")
-    p.add_argument("--table", action="store_true", help="print a readable gradient table")
-    p.set_defaults(func=cmd_audit)
-    _add_compare(sub)
-    p = sub.add_parser("evalsize", help="eval items needed to resolve an accuracy difference")
-    p.add_argument("--baseline", type=float, required=True, help="baseline accuracy, in (0, 1)")
-    p.add_argument("--delta", type=float, required=True, help="difference to resolve")
-    p.add_argument("--power", type=float, default=0.8, help="probability of detecting it")
-    p.add_argument("--alpha", type=float, default=0.05, help="two-sided significance level")
-    p.set_defaults(func=cmd_evalsize)
-    return parser
 
 
 def _add_compare(sub) -> None:
@@ -284,7 +311,11 @@ def _add_compare(sub) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # `rlvr ... | head`: the reader left, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

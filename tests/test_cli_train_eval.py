@@ -82,3 +82,11 @@ def test_exponent_floats_are_floats_in_yaml_and_set(tmp_path):
     path.write_text("lr: 1e-4\ncritic_lr: 2.5E-3\n")
     cfg = resolve_config(load_yaml(path), ["clip_high=3e-1"])
     assert (cfg.lr, cfg.critic_lr, cfg.build_recipe().clip_high) == (1e-4, 2.5e-3, 0.3)
+
+
+def test_help_config_lists_every_key(capsys):
+    from rlvr.train.config import TRAIN_KEYS
+
+    assert main(["train", "--help-config"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"  {key} " in out for key in TRAIN_KEYS)
