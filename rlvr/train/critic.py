@@ -14,17 +14,7 @@ def critic_values(
     critic: ValueModel, rollout: Rollout, pad_id: int, micro_batch_size: int
 ) -> torch.Tensor:
     """V_old (B, T) of every row, without gradient."""
-    with torch.no_grad():
-        parts = [
-            critic(
-                [rollout.prompt_ids[i] for i in rows.tolist()],
-                rollout.response_ids[rows],
-                rollout.response_mask[rows],
-                pad_id,
-            )
-            for rows in torch.split(torch.arange(len(rollout)), micro_batch_size)
-        ]
-    return torch.cat(parts)
+    return rollout.forward_rows(lambda p, r, m: critic(p, r, m, pad_id), micro_batch_size)
 
 
 def critic_update(

@@ -121,21 +121,15 @@ class Trainer:
 
     def _logprobs(self, model: torch.nn.Module, rollout: Rollout) -> torch.Tensor:
         """log π (B, T) of every row under `model`, without gradient, micro-batched."""
-        with torch.no_grad():
-            return torch.cat(
-                [
-                    response_logprobs(
-                        model,
-                        [rollout.prompt_ids[i] for i in rows.tolist()],
-                        rollout.response_ids[rows],
-                        rollout.response_mask[rows],
-                        self.tokenizer.pad_token_id,
-                        self.cfg.temperature,
-                        self.recipe.fp32_head,
-                    )
-                    for rows in torch.split(torch.arange(len(rollout)), self.cfg.micro_batch_size)
-                ]
-            )
+        pad, temperature, fp32 = (
+            self.tokenizer.pad_token_id,
+            self.cfg.temperature,
+            self.recipe.fp32_head,
+        )
+        return rollout.forward_rows(
+            lambda p, r, m: response_logprobs(model, p, r, m, pad, temperature, fp32),
+            self.cfg.micro_batch_size,
+        )
 
     def _annotate(self, rollout: Rollout) -> None:
         """Add π_old, π_ref and V_old to the rollout, each computed once before any update."""

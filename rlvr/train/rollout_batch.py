@@ -65,6 +65,21 @@ class Rollout:
                 sliced[f.name] = value
         return replace(self, **sliced)
 
+    def forward_rows(self, fn, micro_batch_size: int) -> torch.Tensor:
+        """`fn(prompt_ids, response_ids, response_mask)` → (b, T) over every row, in
+        micro-batches and without gradient (π_old, π_ref and V_old forwards)."""
+        with torch.no_grad():
+            return torch.cat(
+                [
+                    fn(
+                        [self.prompt_ids[i] for i in rows.tolist()],
+                        self.response_ids[rows],
+                        self.response_mask[rows],
+                    )
+                    for rows in torch.split(torch.arange(len(self)), micro_batch_size)
+                ]
+            )
+
     @staticmethod
     def concat(parts: list[Rollout]) -> Rollout:
         """Rows of several rollouts, padding (B, T) tensors to the longest T."""
