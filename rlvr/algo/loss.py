@@ -26,7 +26,13 @@ def policy_loss(
     entropy: torch.Tensor | None = None,
     nll_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, StepStats]:
-    """L = Σ w·ℓ(ρ, Â) [·TIS] + β·Σ w·k + μ·Σ w_nll·(−logπ) − c_H·Σ w·H, all (N, T) inputs."""
+    """L = Σ w·ℓ(ρ, Â) [·TIS] + β·Σ w·k + μ·Σ w_nll·(−logπ) − c_H·Σ w·H, all (N, T) inputs.
+
+    The composition layer: it picks the recipe's ratio, surrogate and KL estimator and
+    applies them with the aggregation weights it is *given* (computed from global counts
+    by `step_weights`); no term can change the aggregation. Every term it calls is a pure
+    function of tensors and scalars.
+    """
     ratio = RATIOS[recipe.ratio](logprobs, old_logprobs, response_mask)
     surrogate = SURROGATES[recipe.surrogate]
     kwargs = {"dual_clip_c": recipe.dual_clip_c} if recipe.surrogate == "dual_clip" else {}
