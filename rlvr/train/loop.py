@@ -106,7 +106,18 @@ class Trainer:
         warm = {}
         if cfg.model == "embedded":
             warm = {"target_accuracy": cfg.warm_target, "progress": cfg.progress}
-        return load_policy(cfg.model, cfg.task, cfg.task_options, cfg.warm_seed, **warm)
+        model, tokenizer, info = load_policy(
+            cfg.model, cfg.task, cfg.task_options, cfg.warm_seed, **warm
+        )
+        if info.get("reached_target") is False:
+            warnings.warn(
+                f"the embedded warm start on {cfg.task!r} stopped after {info['steps']} steps "
+                f"at dev accuracy {info['dev_accuracy']:.2f} < warm_target {cfg.warm_target}: "
+                f"with few correct samples most groups carry no signal; try an easier "
+                f"task_options setting or a lower warm_target",
+                stacklevel=2,
+            )
+        return model, tokenizer, info
 
     def _frozen_copy(self) -> torch.nn.Module:
         ref = copy.deepcopy(self.model).eval()

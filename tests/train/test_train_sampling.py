@@ -148,3 +148,17 @@ def test_overlong_ramp_inside_the_answers_is_warned_about(small_config):
     # " \boxed{NNN}" + EOS is up to 13 tokens; 14 − 4 = 10 < 13.
     with pytest.warns(UserWarning, match="overlong"):
         Trainer(small_config(recipe="dapo", max_new_tokens=14, overlong_cache=4))
+
+
+def test_a_warm_start_short_of_its_target_is_warned_about(small_config, monkeypatch):
+    import rlvr.train.loop as loop
+
+    real = loop.load_policy
+
+    def short_of_target(*args, **kwargs):
+        model, tokenizer, info = real(*args, **kwargs)
+        return model, tokenizer, {**info, "reached_target": False, "dev_accuracy": 0.05}
+
+    monkeypatch.setattr(loop, "load_policy", short_of_target)
+    with pytest.warns(UserWarning, match="dev accuracy 0.05"):
+        Trainer(small_config(recipe="grpo"))
