@@ -55,12 +55,15 @@ def sequence_token_ratio(
 def prefix_min_ratio(
     logprobs: torch.Tensor, old_logprobs: torch.Tensor, response_mask: torch.Tensor
 ) -> torch.Tensor:
-    """MinPRO (Lei 2026, arXiv 2601.22718, §4): ρ̲_t·ρ_t with ρ̲_t = min_{j<t} ρ_{i,j}, ρ̲_1 = 1.
+    """MinPRO (Lei 2026, arXiv 2601.22718): sg(ρ̲_t)·ρ_t, ρ̲_t = min_{j<t} ρ_{i,j}, ρ̲_1 = 1.
 
-    A non-cumulative surrogate of the prefix ratio Π_{j≤t} ρ_{i,j}: the worst token ratio of
-    the preceding prefix times the current one. The paper places it under a stop-gradient
-    inside a CISPO-style clipped weight, so pair it with the `cispo` surrogate. Padding
-    never enters the minimum.
+    The paper's abstract states only that MinPRO replaces the cumulative prefix ratio
+    Π_{j≤t} ρ_{i,j} by a non-cumulative surrogate built on the minimum token ratio of the
+    *preceding* prefix (j < t). The product with the current ρ_t and the stop-gradient on
+    ρ̲_t are not in the abstract: they follow secondary write-ups and one third-party
+    reimplementation, unchecked against the paper's body. The surrogate loss it
+    feeds is the recipe's choice: `minpro` (CISPO-style weight, rlvr's reading) or
+    `minpro_clip` (PPO clip); see docs/methods.md. Padding never enters the minimum.
     """
     log_ratio = _log_ratio(logprobs, old_logprobs)
     inf = torch.full_like(log_ratio, torch.inf)

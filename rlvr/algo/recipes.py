@@ -147,6 +147,9 @@ def _check_choice(name: str, value: object, valid: tuple[str, ...]) -> None:
 
 
 _GRPO = "Shao 2024, DeepSeekMath (arXiv 2402.03300)"
+# The abstract gives only the ratio's prefix minimum (j < t); the surrogate it feeds is not
+# established (docs/methods.md), so both forms in circulation are recipes.
+_MINPRO = "Lei 2026, MinPRO (arXiv 2601.22718): prefix minimum j<t per its abstract"
 RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
@@ -216,11 +219,20 @@ RECIPES: dict[str, Recipe] = {
         ),
         Recipe(
             "minpro",
-            "Lei 2026, MinPRO (arXiv 2601.22718)",
+            f"{_MINPRO}; CISPO-style weight in [0, 4] is rlvr's choice",
             ratio="prefix_min",
             surrogate="cispo",
             clip_low=1.0,
             clip_high=3.0,
+            aggregation="token_mean",
+        ),
+        Recipe(
+            "minpro_clip",
+            f"{_MINPRO}; PPO hard clip 0.2/0.28, as reported of a third-party reimplementation",
+            ratio="prefix_min",
+            surrogate="clip",
+            clip_low=0.2,
+            clip_high=0.28,
             aggregation="token_mean",
         ),
         Recipe(

@@ -66,7 +66,8 @@ def cispo(
     """CISPO (MiniMax-M1, arXiv 2506.13585, §3.1): ℓ = −sg(clip(ρ, 1−ε_low, 1+ε_high))·Â·logπ.
 
     The importance weight is clipped, never the gradient: every token keeps ∂ℓ/∂logπ =
-    −w·Â. MinPRO (arXiv 2601.22718) uses the same form with its prefix-minimum ratio.
+    −w·Â. The `minpro` recipe applies it to the prefix-minimum ratio; that pairing is
+    rlvr's choice, not a form the MinPRO paper is known to use (docs/methods.md).
     """
     weight = ratio.detach().clamp(1.0 - clip_low, 1.0 + clip_high)
     loss = -weight * advantages * logprobs

@@ -16,7 +16,10 @@ from hypothesis import strategies as st
 from rlvr.algo import get_recipe
 from rlvr.algo.aggregation import AGGREGATIONS
 
-RECIPES = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "rloo", "scalerl", "minpro", "reinforce_pp"]
+RECIPES = [
+    "grpo", "dr_grpo", "dapo", "gspo", "cispo", "rloo", "scalerl", "minpro", "minpro_clip",
+    "reinforce_pp",
+]  # fmt: skip
 CRITIC_RECIPES = ["ppo", "vapo"]
 
 

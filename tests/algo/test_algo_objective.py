@@ -146,7 +146,9 @@ def test_sequence_token_equals_sequence_for_constant_advantages(aggregation, cli
 # ------------------------------------------------------------------ zero-advantage skip
 
 
-@pytest.mark.parametrize("name", ["gspo", "dapo", "cispo", "dr_grpo", "rloo", "scalerl", "minpro"])
+@pytest.mark.parametrize(
+    "name", ["gspo", "dapo", "cispo", "dr_grpo", "rloo", "scalerl", "minpro", "minpro_clip"]
+)
 def test_zero_advantage_skip_leaves_loss_and_gradient_unchanged(name):
     recipe = get_recipe(name)
     # Groups 0 and 2 have uniform correctness (all-zero advantages), 1 and 3 are mixed.

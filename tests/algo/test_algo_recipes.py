@@ -8,7 +8,7 @@ from rlvr.algo import RECIPES, Recipe, get_recipe, recipe_fields
 
 NAMES = {
     "grpo", "dr_grpo", "dapo", "gspo", "cispo", "ppo",
-    "rloo", "reinforce_pp", "vapo", "minpro", "scalerl",
+    "rloo", "reinforce_pp", "vapo", "minpro", "minpro_clip", "scalerl",
 }  # fmt: skip
 
 # name → (advantage, ratio, surrogate, 1 − clip_low, 1 + clip_high, aggregation, kl, in reward)
@@ -32,11 +32,12 @@ TABLE = {
     "reinforce_pp": ("reinforce_pp", "token", "clip", 0.8, 1.2, "token_mean", "k1", True),
     "vapo": ("vapo_gae", "token", "clip", 0.8, 1.28, "token_mean", None, False),
     "minpro": ("group_norm", "prefix_min", "cispo", 0.0, 4.0, "token_mean", None, False),
+    "minpro_clip": ("group_norm", "prefix_min", "clip", 0.8, 1.28, "token_mean", None, False),
     "scalerl": ("batch_norm", "token", "cispo", 0.0, 4.0, "prompt_mean", None, False),
 }
 
 
-def test_all_eleven_recipes_exist():
+def test_all_named_recipes_exist():
     assert set(RECIPES) == NAMES
     assert all(r.name == n for n, r in RECIPES.items())
     assert all(r.source for r in RECIPES.values())
