@@ -178,3 +178,90 @@ def test_audit_nan_override(capsys, tmp_path):
         capsys, ["audit", _write(tmp_path, _bad(overrides={"clip_high": float("nan")}))]
     )
     assert code == 2 and "clip_high" in err
+
+
+# ------------------------------------------------------------------ MinPRO off-policy
+
+OFF_POLICY = EXAMPLE.parent / "audit_minpro_offpolicy.json"
+# examples/audit_minpro_offpolicy.json: two groups, each r = (1, 0) → Â = (+a, −a) with the
+# same a as above; old logπ = −1 everywhere, so ρ = exp(logπ + 1) and token_mean gives every
+# one of the 12 tokens the weight 1/12. r_t = ρ̲_t·ρ_t, ρ̲_t = min_{j<t} ρ_j, ρ̲_1 = 1:
+#   g0 r0 (+a): ρ = (1, e^0.5, 1)   → r = (1, e^0.5 = 1.6487, 1)      a ratio above the band
+#   g0 r1 (−a): ρ = (1, e^−0.5, 1)  → r = (1, e^−0.5 = 0.6065, 0.6065) below the band, and t=3
+#                                      is pulled below it by the prefix minimum alone
+#   g1 r0 (+a): ρ = (e^−2, 1, 1)    → r = e^−2 = 0.1353 on all three  an early small ratio
+#   g1 r1 (−a): ρ = (e^−2, 1, 1)    → r = e^−2 on all three
+# minpro (CISPO weight, bounds [0, 4]): ∂L/∂logπ_t = −r_t·Â/12 on every token.
+# minpro_clip (PPO clip [0.8, 1.28]): −r_t·Â/12, or 0 where Â > 0 and r > 1.28 (g0 r0 t=2)
+#   or Â < 0 and r < 0.8 (g0 r1 t=2, t=3; all of g1 r1).
+E_HALF, E_MHALF, E_M2 = math.exp(0.5), math.exp(-0.5), math.exp(-2.0)
+MINPRO_GRAD = [
+    [[-A / 12, -E_HALF * A / 12, -A / 12], [A / 12, E_MHALF * A / 12, E_MHALF * A / 12]],
+    [[-E_M2 * A / 12] * 3, [E_M2 * A / 12] * 3],
+]
+MINPRO_CLIP_GRAD = [
+    [[-A / 12, 0.0, -A / 12], [A / 12, 0.0, 0.0]],
+    [[-E_M2 * A / 12] * 3, [0.0] * 3],
+]
+
+
+def test_audit_minpro_off_policy_hand_values(capsys):
+    code, out, err = run_cli(capsys, ["audit", str(OFF_POLICY), "--recipe", "minpro"])
+    assert code == 0 and err == ""
+    result = json.loads(out)
+    approx_nested(result["grad"], MINPRO_GRAD)
+    # L = Σ −w·Â·logπ/12 = (a/12)·[(2 + 0.5e^0.5) − (1 + 2.5e^−0.5) + 5e^−2 − 5e^−2]
+    #   = (a/12)·(1 + 0.5e^0.5 − 2.5e^−0.5) = 0.018151.
+    loss = A / 12 * (1 + 0.5 * E_HALF - 2.5 * E_MHALF)
+    assert math.isclose(result["loss"], loss, rel_tol=1e-9)
+    # The CISPO weight never leaves [0, 4] here: nothing is clipped.
+    assert result["metrics"]["clip/frac"] == 0.0
+
+
+def test_audit_minpro_clip_off_policy_hand_values(capsys):
+    code, out, err = run_cli(capsys, ["audit", str(OFF_POLICY), "--recipe", "minpro_clip"])
+    assert code == 0 and err == ""
+    result = json.loads(out)
+    assert result["recipe"] == "minpro_clip"
+    approx_nested(result["grad"], MINPRO_CLIP_GRAD)
+    # ℓ_t = max(−r_t·Â, −clip(r_t, 0.8, 1.28)·Â):
+    #   g0 r0 (−a, −1.28a, −a); g0 r1 (a, 0.8a, 0.8a); g1 r0 −e^−2·a ×3; g1 r1 0.8a ×3
+    #   L = (a/12)·(−3.28 + 2.6 − 3e^−2 + 2.4) = (a/12)·(1.72 − 3e^−2) = 0.077428.
+    assert math.isclose(result["loss"], A / 12 * (1.72 - 3 * E_M2), rel_tol=1e-9)
+    # 6 of 12 tokens clipped: 1 high (g0 r0 t=2), 5 low.
+    assert math.isclose(result["metrics"]["clip/frac"], 0.5)
+    assert math.isclose(result["metrics"]["clip/high_frac"], 1 / 12)
+    assert math.isclose(result["metrics"]["clip/low_frac"], 5 / 12)
+
+
+def test_audit_minpro_tables_show_where_the_two_forms_differ(capsys):
+    rows = {}
+    for recipe in ("minpro", "minpro_clip"):
+        code, out, _ = run_cli(capsys, ["audit", str(OFF_POLICY), "--recipe", recipe, "--table"])
+        assert code == 0 and out.splitlines()[0].startswith(f"recipe {recipe} ")
+        rows[recipe] = [line.split("  ")[-1].strip() for line in out.splitlines()[3:7]]
+    assert rows["minpro"] == [
+        "-0.0589 -0.0972 -0.0589",
+        "+0.0589 +0.0357 +0.0357",
+        "-0.0080 ×3",
+        "+0.0080 ×3",
+    ]
+    assert rows["minpro_clip"] == [
+        "-0.0589 +0.0000 -0.0589",
+        "+0.0589 +0.0000 +0.0000",
+        "-0.0080 ×3",
+        "+0.0000 ×3",
+    ]
+
+
+def test_audit_minpro_forms_agree_on_policy(capsys):
+    # examples/audit_batch.json is on-policy (old = logπ): r = 1 inside both bands, so both
+    # forms give −Â/N_tokens on every token (N = 2 + 8 + 3 + 2 = 15; group 1 has Â = 0).
+    grads = {}
+    for recipe in ("minpro", "minpro_clip"):
+        code, out, _ = run_cli(capsys, ["audit", str(EXAMPLE), "--recipe", recipe])
+        assert code == 0
+        grads[recipe] = json.loads(out)["grad"]
+    expected = [[[-A / 15] * 2, [A / 15] * 8], [[0.0] * 3, [0.0] * 2]]
+    approx_nested(grads["minpro"], expected)
+    approx_nested(grads["minpro_clip"], expected)
