@@ -58,6 +58,10 @@ class TrainConfig:
     save_every: int = _doc("also checkpoint every N steps (0: only at the end or on error)", 0)
     progress: bool = _doc("show progress bars", True)
     overrides: dict = field(default_factory=dict, metadata={"doc": "recipe fields overridden"})
+    critic_weight_decay: float = _doc(
+        "critic AdamW weight decay (0.01: torch's AdamW default, which it used to take silently)",
+        0.01,
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -89,6 +93,10 @@ class TrainConfig:
                 f"num_minibatches={self.num_minibatches} exceeds prompts_per_step="
                 f"{self.prompts_per_step}: minibatches are split by prompt group"
             )
+        for name in ("weight_decay", "critic_weight_decay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise ValueError(f"{name} must be a number ≥ 0, got {value!r}")
         for name in ("save_every", "eval_size"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)!r}")

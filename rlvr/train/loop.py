@@ -25,7 +25,7 @@ from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.interrupt import ForcedInterruption
 from rlvr.tasks import make_task
 from rlvr.train.config import TrainConfig
-from rlvr.train.critic import critic_update, critic_values
+from rlvr.train.critic import critic_optimizer, critic_update, critic_values
 from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.rollout_batch import Rollout
 from rlvr.train.sampling import collect_rollouts, sample_groups
@@ -44,7 +44,11 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.task = make_task(cfg.task, **cfg.task_options)
         self.model, self.tokenizer, self.model_info = self._load_policy()
-        self.model.train()
+        # Every RL forward (sampling, π_old, π_ref, V, and the training forwards of policy
+        # and critic) runs with dropout off: eval mode changes nothing else for a causal LM,
+        # and gradients still flow. In train mode two forwards of the same weights differ,
+        # so ratios, clip fractions and KL would measure dropout noise.
+        self.model.eval()
         self.engine = HFEngine(self.model, self.tokenizer, fp32_head=self.recipe.fp32_head)
         if cfg.think_budget is not None:
             room = (
@@ -66,8 +70,12 @@ class Trainer:
         )
         self.reference = self._frozen_copy() if self.recipe.needs_reference else None
         self.critic = ValueModel.from_policy(self.model) if self.recipe.needs_critic else None
+        if self.critic is not None:
+            self.critic.eval()  # dropout off, as for the policy
         self.critic_optimizer = (
-            torch.optim.AdamW(self.critic.parameters(), lr=cfg.critic_lr) if self.critic else None
+            critic_optimizer(self.critic, cfg.critic_lr, cfg.critic_weight_decay)
+            if self.critic
+            else None
         )
         self.pool = PromptPool(self.task.problems("train"), cfg.seed, self.recipe.retire_threshold)
         self.generator = torch.Generator().manual_seed(cfg.seed)
