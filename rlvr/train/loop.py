@@ -33,6 +33,7 @@ from rlvr.train.update import UpdateSettings, minibatch_rows, policy_update
 
 EVAL_SEED_OFFSET = 1_000_003
 PRETRAIN_SEED_OFFSET = 2_000_003
+MINIBATCH_SEED_OFFSET = 3_000_017
 
 
 class Trainer:
@@ -79,6 +80,9 @@ class Trainer:
         )
         self.pool = PromptPool(self.task.problems("train"), cfg.seed, self.recipe.retire_threshold)
         self.generator = torch.Generator().manual_seed(cfg.seed)
+        # Reshuffles the minibatches of every PPO epoch (policy and critic); its own stream,
+        # so the sampling above draws the same numbers whatever num_minibatches is.
+        self.minibatch_generator = torch.Generator().manual_seed(cfg.seed + MINIBATCH_SEED_OFFSET)
         eval_split = self.task.problems("eval")
         self.eval_problems = eval_split[: cfg.eval_size] if cfg.eval_size else eval_split
         self.params = SamplingParams(cfg.group_size, cfg.temperature, cfg.top_p, cfg.max_new_tokens)
@@ -186,7 +190,15 @@ class Trainer:
             return metrics
         metrics["train/update_skipped"] = 0.0
         metrics.update(
-            policy_update(self.model, self.optimizer, self.recipe, rollout, prepared, self.settings)
+            policy_update(
+                self.model,
+                self.optimizer,
+                self.recipe,
+                rollout,
+                prepared,
+                self.settings,
+                self.minibatch_generator,
+            )
         )
         self.engine.sync_weights()
         if self.critic is not None:
@@ -216,7 +228,10 @@ class Trainer:
     def _critic_steps(self, rollout, returns, mask, keep) -> dict[str, float]:
         losses = []
         for _ in range(self.cfg.ppo_epochs):
-            for rows in minibatch_rows(rollout.group_ids, keep, self.cfg.num_minibatches):
+            minibatches = minibatch_rows(
+                rollout.group_ids, keep, self.cfg.num_minibatches, self.minibatch_generator
+            )
+            for rows in minibatches:
                 losses.append(
                     critic_update(
                         self.critic,
