@@ -110,9 +110,16 @@ def prepare_batch(
     old_logprobs: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
     values: torch.Tensor | None = None,
+    lengths: torch.Tensor | None = None,
 ) -> PreparedBatch:
-    """Selection → shaping → advantages → aggregation weights, over the whole batch."""
-    lengths = response_mask.sum(-1)
+    """Selection → shaping → advantages → aggregation weights, over the whole batch.
+
+    `lengths` (N,): |y| as `max_new_tokens` counts it, for the overlong ramp; it differs
+    from `response_mask.sum(-1)` when the mask leaves out engine-inserted tokens (forced
+    interruption), which use up the budget too. Default: `response_mask.sum(-1)`.
+    """
+    if lengths is None:
+        lengths = response_mask.sum(-1)
     cache = recipe.overlong_cache if recipe.overlong_penalty else None
     reward = shaped_rewards(rewards.double(), lengths, max_new_tokens, cache)
     keep = select_rows(recipe, correct, reward, group_ids)

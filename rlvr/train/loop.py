@@ -223,6 +223,7 @@ class Trainer:
             old_logprobs=rollout.old_logprobs,
             ref_logprobs=rollout.ref_logprobs,
             values=rollout.values,
+            lengths=rollout.lengths,  # the inserted phrase counts toward L_max, so the ramp too
         )
 
     def _critic_steps(self, rollout, returns, mask, keep) -> dict[str, float]:
