@@ -41,7 +41,7 @@ class TrainConfig:
     group_size: int = _doc("responses sampled per prompt (G)", 8)
     max_new_tokens: int = _doc("response budget in tokens (L_max)", 14)
     temperature: float = _doc("sampling temperature for training rollouts", 1.0)
-    top_p: float = _doc("nucleus sampling for training rollouts", 1.0)
+    top_p: float = _doc("nucleus sampling for training rollouts and sampled evaluation", 1.0)
     lr: float = _doc("policy learning rate (AdamW)", 1e-4)
     weight_decay: float = _doc("AdamW weight decay", 0.0)
     max_grad_norm: float = _doc("gradient clipping by global norm; 0 disables", 1.0)

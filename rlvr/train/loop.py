@@ -291,6 +291,7 @@ class Trainer:
             self.eval_problems,
             samples=self.cfg.eval_samples,
             temperature=self.cfg.temperature,
+            top_p=self.cfg.top_p,
             max_new_tokens=self.cfg.max_new_tokens,
             seed=self.cfg.seed + EVAL_SEED_OFFSET,
         )
