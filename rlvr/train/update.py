@@ -40,7 +40,8 @@ def minibatch_rows(
     """Split the kept rows into `count` minibatches of whole prompt groups, as (N,) bool masks.
 
     With a `generator` the groups are shuffled first: call once per epoch so that every
-    PPO epoch sees a fresh minibatch order (as verl's and OpenRLHF's shuffled loaders do).
+    PPO epoch sees a fresh minibatch order (as TRL's PPO trainer does; verl keeps one
+    split for all epochs, see docs/conventions.md).
     """
     groups = torch.unique(group_ids[keep])
     if generator is not None:
