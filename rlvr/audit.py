@@ -7,6 +7,7 @@ and returns the loss, the advantages and ∂loss/∂logπ for every response tok
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -15,11 +16,69 @@ import torch
 
 from rlvr.algo import get_recipe, policy_loss, prepare_batch
 from rlvr.algo.aggregation import aggregation_weights
+from rlvr.algo.recipes import RECIPES
 from rlvr.algo.regularizers import value_loss
 
 
 class AuditInputError(ValueError):
     """Bad audit input; the message names the field and what would be valid."""
+
+
+# Keys the batch may hold, per level: anything else is a typo that would silently change
+# the audit (a misspelled `old_logprob` would mean "on-policy").
+TOP_KEYS = ("recipe", "groups", "overrides", "max_new_tokens", "overlong_cache")
+GROUP_KEYS = ("responses",)
+RESPONSE_KEYS = (
+    "logprobs",
+    "reward",
+    "old_logprobs",
+    "ref_logprobs",
+    "values",
+    "correct",
+    "truncated",
+)
+# Bounds that keep every intermediate finite: exp(logπ − logπ_ref) of the k3 KL and the
+# whitening of rewards stay far from float64 overflow.
+MAX_TEXT_CHARS = 16_000_000
+MAX_CELLS = 500_000  # responses × longest response: the padded (N, T) tensors
+MAX_REWARD = 1e6
+MIN_LOGPROB = -1e3
+
+
+def load_batch_json(text: str) -> Any:
+    """Parse the batch's JSON text; every failure is one AuditInputError line."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise AuditInputError(
+            f"batch: {len(text):,} characters exceeds the audit's limit of {MAX_TEXT_CHARS:,}; "
+            "audit fewer or shorter responses"
+        )
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise AuditInputError(
+            f"batch: invalid JSON at line {err.lineno} column {err.colno}: {err.msg}"
+        ) from None
+    except RecursionError:
+        raise AuditInputError("batch: JSON nested too deeply to be an audit batch") from None
+    except ValueError as err:  # e.g. an integer literal beyond Python's digit limit
+        raise AuditInputError(f"batch: unreadable JSON value: {_short(str(err), 100)}") from None
+
+
+def _short(value: Any, width: int = 60) -> str:
+    """A one-line, bounded description of any JSON value for an error message."""
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _check_keys(obj: dict[str, Any], valid: tuple[str, ...], where: str) -> None:
+    unknown = [k for k in obj if k not in valid]
+    if unknown:
+        raise AuditInputError(
+            f"{where}: unknown field {_short(unknown[0])}; valid fields: {', '.join(valid)}"
+        )
 
 
 @dataclass
@@ -38,43 +97,54 @@ class AuditBatch:
     truncated: torch.Tensor
 
 
-def _number(value: Any, where: str) -> float:
+def _number(value: Any, where: str, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise AuditInputError(f"{where} must be a number, got {value!r}")
-    if not math.isfinite(value):
+        raise AuditInputError(f"{where} must be a number, got {_short(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
         raise AuditInputError(f"{where} must be finite, got {value!r}")
+    if not low <= value <= high:  # compared exactly: a 400-digit integer never overflows
+        raise AuditInputError(f"{where} must be in [{low:g}, {high:g}], got {_short(value, 30)}")
     return float(value)
 
 
-def _numbers(value: Any, where: str, length: int | None) -> list[float]:
+def _numbers(value: Any, where: str, length: int | None, low: float, high: float) -> list[float]:
     if not isinstance(value, list) or not value:
-        raise AuditInputError(f"{where} must be a non-empty list of numbers, got {value!r}")
+        raise AuditInputError(f"{where} must be a non-empty list of numbers, got {_short(value)}")
     if length is not None and len(value) != length:
         raise AuditInputError(f"{where} has {len(value)} entries; logprobs has {length}")
-    return [_number(v, f"{where}[{t}]") for t, v in enumerate(value)]
+    return [_number(v, f"{where}[{t}]", low, high) for t, v in enumerate(value)]
+
+
+def _logprobs(value: Any, where: str, length: int | None) -> list[float]:
+    return _numbers(value, where, length, MIN_LOGPROB, 0.0)
 
 
 def _response(resp: Any, where: str, needs_values: bool) -> dict[str, Any]:
     if not isinstance(resp, dict):
         raise AuditInputError(f"{where} must be an object, got {type(resp).__name__}")
+    _check_keys(resp, RESPONSE_KEYS, where)
     if "logprobs" not in resp:
         raise AuditInputError(f"{where}.logprobs is missing")
     if "reward" not in resp:
         raise AuditInputError(f"{where}.reward is missing")
-    logprobs = _numbers(resp["logprobs"], f"{where}.logprobs", None)
+    logprobs = _logprobs(resp["logprobs"], f"{where}.logprobs", None)
     n = len(logprobs)
-    old = _numbers(resp.get("old_logprobs", logprobs), f"{where}.old_logprobs", n)
-    ref = _numbers(resp.get("ref_logprobs", old), f"{where}.ref_logprobs", n)
+    old = _logprobs(resp.get("old_logprobs", logprobs), f"{where}.old_logprobs", n)
+    ref = _logprobs(resp.get("ref_logprobs", old), f"{where}.ref_logprobs", n)
     if needs_values and "values" not in resp:
         raise AuditInputError(f"{where}.values is missing: this recipe's critic needs values")
-    values = _numbers(resp["values"], f"{where}.values", n) if needs_values else None
-    reward = _number(resp["reward"], f"{where}.reward")
+    values = (
+        _numbers(resp["values"], f"{where}.values", n, -MAX_REWARD, MAX_REWARD)
+        if needs_values
+        else None
+    )
+    reward = _number(resp["reward"], f"{where}.reward", -MAX_REWARD, MAX_REWARD)
     correct = resp.get("correct", reward > 0)
-    if correct not in (0, 1, True, False):
-        raise AuditInputError(f"{where}.correct must be 0/1 or a boolean, got {correct!r}")
+    if isinstance(correct, list | dict) or correct not in (0, 1, True, False):
+        raise AuditInputError(f"{where}.correct must be 0/1 or a boolean, got {_short(correct)}")
     truncated = resp.get("truncated", False)
     if not isinstance(truncated, bool):
-        raise AuditInputError(f"{where}.truncated must be true or false, got {truncated!r}")
+        raise AuditInputError(f"{where}.truncated must be true or false, got {_short(truncated)}")
     return {
         "logprobs": logprobs,
         "old": old,
@@ -86,6 +156,23 @@ def _response(resp: Any, where: str, needs_values: bool) -> dict[str, Any]:
     }
 
 
+def _check_size(groups: list[Any]) -> None:
+    """Bound the padded (N, T) tensors before building them: N × longest ≤ MAX_CELLS."""
+    rows, longest = 0, 0
+    for group in groups:
+        responses = group.get("responses") if isinstance(group, dict) else None
+        for resp in responses if isinstance(responses, list) else ():
+            rows += 1
+            lp = resp.get("logprobs") if isinstance(resp, dict) else None
+            longest = max(longest, len(lp) if isinstance(lp, list) else 0)
+    if rows * longest > MAX_CELLS:
+        raise AuditInputError(
+            f"groups: {rows} responses × {longest} tokens (the longest) = {rows * longest:,} "
+            f"padded cells exceeds the audit's limit of {MAX_CELLS:,}; audit fewer or shorter "
+            "responses"
+        )
+
+
 def _pad(rows: list[list[float]], length: int) -> torch.Tensor:
     return torch.tensor([r + [0.0] * (length - len(r)) for r in rows], dtype=torch.float64)
 
@@ -95,8 +182,11 @@ def parse_batch(data: Any, needs_values: bool) -> AuditBatch:
     groups = data.get("groups") if isinstance(data, dict) else None
     if not isinstance(groups, list) or not groups:
         raise AuditInputError('groups must be a non-empty list of {"responses": [...]} objects')
+    _check_size(groups)
     parsed, group_ids, shape = [], [], []
     for g, group in enumerate(groups):
+        if isinstance(group, dict):
+            _check_keys(group, GROUP_KEYS, f"groups[{g}]")
         responses = group.get("responses") if isinstance(group, dict) else None
         if not isinstance(responses, list) or not responses:
             raise AuditInputError(f"groups[{g}].responses must be a non-empty list")
@@ -124,7 +214,14 @@ def parse_batch(data: Any, needs_values: bool) -> AuditBatch:
 
 
 def _recipe_from(data: dict[str, Any]):
-    name = data.get("recipe")
+    if "recipe" not in data:
+        raise AuditInputError(
+            f'recipe is missing: add "recipe": one of {", ".join(RECIPES)} to the batch, '
+            "or pass --recipe"
+        )
+    name = data["recipe"]
+    if not isinstance(name, str):
+        raise AuditInputError(f"recipe must be a recipe name, got {_short(name)}")
     overrides = data.get("overrides") or {}
     if not isinstance(overrides, dict):
         raise AuditInputError(f"overrides must be an object of recipe fields, got {overrides!r}")
@@ -151,13 +248,15 @@ def run_audit(data: Any) -> dict[str, Any]:
     """The audit of one JSON batch: loss, advantages, gradient and the recipe's metrics."""
     if not isinstance(data, dict):
         raise AuditInputError("the batch must be a JSON object with 'recipe' and 'groups'")
+    _check_keys(data, TOP_KEYS, "batch")
     recipe = _recipe_from(data)
     batch = parse_batch(data, recipe.needs_critic)
     longest = max(n for lengths in batch.shape for n in lengths)
     budget = data.get("max_new_tokens", longest)
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < longest:
+    if isinstance(budget, bool) or not isinstance(budget, int) or not longest <= budget <= 10**9:
         raise AuditInputError(
-            f"max_new_tokens must be an integer ≥ the longest response ({longest}), got {budget!r}"
+            f"max_new_tokens must be an integer from the longest response ({longest}) to 10⁹, "
+            f"got {_short(budget, 30)}"
         )
     try:
         prepared = prepare_batch(
@@ -186,6 +285,8 @@ def run_audit(data: Any) -> dict[str, Any]:
         nll_weights=prepared.nll_weights,
     )
     loss.backward()
+    if not (torch.isfinite(loss) and torch.isfinite(logprobs.grad).all()):
+        raise AuditInputError("the inputs give a non-finite loss or gradient; check their scale")
     metrics = {**prepared.stats, **stats.finalize()}
     result: dict[str, Any] = {
         "recipe": recipe.name,

@@ -68,16 +68,16 @@ def cmd_recipes(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from rlvr.audit import AuditInputError, format_audit, run_audit
+    from rlvr.audit import AuditInputError, format_audit, load_batch_json, run_audit
 
     try:
         text = sys.stdin.read() if args.batch == "-" else Path(args.batch).read_text()
     except OSError as err:
         return _fail(f"batch: cannot read {args.batch!r}: {err.strerror}")
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        return _fail(f"batch: invalid JSON at line {err.lineno} column {err.colno}: {err.msg}")
+        data = load_batch_json(text)
+    except AuditInputError as err:
+        return _fail(str(err))
     if args.recipe and isinstance(data, dict):
         data["recipe"] = args.recipe
     try:

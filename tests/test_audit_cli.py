@@ -265,3 +265,75 @@ def test_audit_minpro_forms_agree_on_policy(capsys):
     expected = [[[-A / 15] * 2, [A / 15] * 8], [[0.0] * 3, [0.0] * 2]]
     approx_nested(grads["minpro"], expected)
     approx_nested(grads["minpro_clip"], expected)
+
+
+# ---------------------------------------------------------------- absurd inputs (issue 9)
+
+
+def _fails_with_one_line(capsys, tmp_path, data, *needles):
+    code, out, err = run_cli(capsys, ["audit", _write(tmp_path, data)])
+    assert code == 2 and out == ""
+    assert err.startswith("rlvr: error:") and err.count("\n") == 1, err
+    assert len(err) < 400, err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+def test_audit_rejects_a_misspelled_response_field(capsys, tmp_path):
+    # `old_logprob` (no s) used to be ignored, so the audit silently ran on-policy.
+    data = _bad_response(lambda r: r.update(old_logprob=[-0.1, -0.1]))
+    _fails_with_one_line(
+        capsys, tmp_path, data, "groups[0].responses[0]", "'old_logprob'", "old_logprobs"
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "where"),
+    [
+        (_bad(recipie="grpo"), "batch"),
+        ({**example(), "groups": [{**example()["groups"][0], "resp": []}]}, "groups[0]"),
+    ],
+)
+def test_audit_rejects_unknown_top_level_and_group_fields(capsys, tmp_path, data, where):
+    _fails_with_one_line(capsys, tmp_path, data, where, "unknown field", "valid fields")
+
+
+def test_audit_deeply_nested_json_is_one_line(capsys, tmp_path):
+    deep = "[" * 100_000 + "]" * 100_000
+    _fails_with_one_line(capsys, tmp_path, '{"recipe": "grpo", "groups": ' + deep + "}", "nested")
+    # Nested but parseable: the message stays short instead of echoing the structure.
+    nested = "[" * 500 + "-0.5" + "]" * 500
+    text = json.dumps(example()).replace("[-0.5, -0.5]", nested, 1)
+    _fails_with_one_line(capsys, tmp_path, text, "logprobs[0]", "must be a number")
+
+
+@pytest.mark.parametrize(
+    ("reward", "needle"),
+    [
+        ("1" + "0" * 400, "reward must be in"),
+        ("1e308", "reward must be in"),
+        ("-1e308", "reward must be in"),
+        ("Infinity", "reward must be finite"),
+        ("1" + "0" * 5000, "digits"),  # beyond Python's int parsing limit: no field to name
+    ],
+)
+def test_audit_absurd_rewards_are_one_line(capsys, tmp_path, reward, needle):
+    text = json.dumps(example()).replace('"reward": 1.0', f'"reward": {reward}', 1)
+    _fails_with_one_line(capsys, tmp_path, text, needle)
+
+
+def test_audit_caps_the_padded_size_with_a_clear_message(capsys, tmp_path):
+    # 6 responses padded to a 100k-token response: 600,000 cells > 500,000.
+    data = example()
+    data["max_new_tokens"] = 100_000
+    data["groups"][0]["responses"][0]["logprobs"] = [-0.5] * 100_000
+    data["groups"].append(example()["groups"][1])
+    _fails_with_one_line(capsys, tmp_path, data, "600,000", "500,000")
+
+
+def test_audit_without_recipe_says_so(capsys, tmp_path):
+    data = example()
+    data.pop("recipe")
+    err = _fails_with_one_line(capsys, tmp_path, data, "recipe is missing", "grpo", "--recipe")
+    assert "None" not in err

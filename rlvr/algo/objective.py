@@ -19,6 +19,7 @@ from rlvr.algo.recipes import Recipe
 from rlvr.algo.regularizers import KL_ESTIMATORS
 from rlvr.algo.selection import informative_groups, nonzero_variance_groups, shaped_rewards
 from rlvr.algo.token_advantages import outcome_token_rewards, reinforce_pp, reinforce_pp_baseline
+from rlvr.algo.whiten import masked_whiten
 
 GROUP_ADVANTAGES = {
     "group_norm": adv_fns.group_norm,
@@ -50,14 +51,30 @@ def compute_advantages(
     kl: torch.Tensor | None = None,
     values: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Token advantages (N, T) and value targets (N, T) or None, per `recipe.advantage`."""
+    """Token advantages (N, T) and value targets (N, T) or None, per `recipe.advantage`;
+    with `recipe.whiten_advantages` the advantages (never the value targets) are whitened
+    over every valid token of the batch."""
+    advantages, returns = _estimate(recipe, rewards, group_ids, response_mask, kl, values)
+    if recipe.whiten_advantages:
+        advantages = masked_whiten(advantages, response_mask)
+    return advantages, returns
+
+
+def _estimate(
+    recipe: Recipe,
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    kl: torch.Tensor | None = None,
+    values: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     mask = response_mask
     kl_coef = recipe.kl_coef if recipe.kl_in_reward else 0.0
     if recipe.advantage in GROUP_ADVANTAGES:
         per_seq = GROUP_ADVANTAGES[recipe.advantage](rewards, group_ids)
         return per_seq[:, None] * mask, None
     if recipe.advantage == "reinforce_pp":
-        return reinforce_pp(rewards, mask, kl, kl_coef), None
+        return reinforce_pp(rewards, mask, kl, kl_coef, recipe.gamma), None
     if recipe.advantage == "reinforce_pp_baseline":
         return reinforce_pp_baseline(rewards, group_ids, mask), None
     if values is None:
@@ -93,9 +110,16 @@ def prepare_batch(
     old_logprobs: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
     values: torch.Tensor | None = None,
+    lengths: torch.Tensor | None = None,
 ) -> PreparedBatch:
-    """Selection → shaping → advantages → aggregation weights, over the whole batch."""
-    lengths = response_mask.sum(-1)
+    """Selection → shaping → advantages → aggregation weights, over the whole batch.
+
+    `lengths` (N,): |y| as `max_new_tokens` counts it, for the overlong ramp; it differs
+    from `response_mask.sum(-1)` when the mask leaves out engine-inserted tokens (forced
+    interruption), which use up the budget too. Default: `response_mask.sum(-1)`.
+    """
+    if lengths is None:
+        lengths = response_mask.sum(-1)
     cache = recipe.overlong_cache if recipe.overlong_penalty else None
     reward = shaped_rewards(rewards.double(), lengths, max_new_tokens, cache)
     keep = select_rows(recipe, correct, reward, group_ids)

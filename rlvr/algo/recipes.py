@@ -69,6 +69,11 @@ class Recipe:
     )
     retire_threshold: float | None = _doc("retire prompts whose pass rate reaches this", None)
     fp32_head: bool = _doc("LM-head logits in FP32 in sampler and trainer", False)
+    whiten_advantages: bool = _doc(
+        "whiten the policy's Â over the batch's valid tokens after the estimator (value "
+        "targets are computed before); on for ppo, as verl and OpenRLHF do",
+        False,
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -192,6 +197,7 @@ RECIPES: dict[str, Recipe] = {
             kl="k1",
             kl_coef=0.001,
             kl_in_reward=True,
+            whiten_advantages=True,
         ),
         Recipe(
             "rloo",

@@ -12,10 +12,24 @@ from rlvr.algo.advantages import group_mean_baseline
 from rlvr.algo.whiten import masked_whiten
 
 
-def reward_to_go(token_rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """R_{i,t} = Σ_{s≥t} m_{i,s} r_{i,s} (γ = 1). (N, T) → (N, T), 0 on padding."""
+def reward_to_go(
+    token_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = 1.0
+) -> torch.Tensor:
+    """R_{i,t} = Σ_{s≥t} γ^{s−t} m_{i,s} r_{i,s}. (N, T) → (N, T), 0 on padding.
+
+    s − t counts valid tokens only: a masked hole (an engine-inserted token) is not a step
+    of the policy, so it neither discounts nor contributes (as in `gae`).
+    """
     masked = token_rewards * response_mask
-    return masked.flip(-1).cumsum(-1).flip(-1) * response_mask
+    if gamma == 1.0:
+        return masked.flip(-1).cumsum(-1).flip(-1) * response_mask
+    returns = torch.zeros_like(masked)
+    running = torch.zeros_like(masked[:, 0])
+    for t in reversed(range(masked.shape[-1])):
+        valid = response_mask[:, t] > 0
+        running = torch.where(valid, masked[:, t] + gamma * running, running)
+        returns[:, t] = running
+    return returns * response_mask
 
 
 def outcome_token_rewards(
@@ -42,10 +56,12 @@ def reinforce_pp(
     response_mask: torch.Tensor,
     kl: torch.Tensor | None = None,
     kl_coef: float = 0.0,
+    gamma: float = 1.0,
 ) -> torch.Tensor:
-    """REINFORCE++: R_{i,t} = r_i − β Σ_{s≥t} k_{i,s}; Â = whiten(R) over the global batch."""
+    """REINFORCE++: r_{i,t} = [t = last]·r_i − β·k_{i,t}, R_{i,t} = Σ_{s≥t} γ^{s−t} r_{i,s};
+    Â = whiten(R) over the global batch."""
     returns = reward_to_go(
-        outcome_token_rewards(rewards, response_mask, kl, kl_coef), response_mask
+        outcome_token_rewards(rewards, response_mask, kl, kl_coef), response_mask, gamma
     )
     return masked_whiten(returns, response_mask)
 

@@ -47,10 +47,12 @@ def evaluate_policy(
     max_new_tokens: int,
     seed: int,
     batch_size: int = 256,
+    top_p: float = 1.0,
 ) -> EvalResult:
-    """avg@k accuracy at `temperature`, pass@k, greedy accuracy, format rate, length."""
+    """avg@k accuracy at `temperature` and `top_p` (the training sampler's settings),
+    pass@k, greedy accuracy, format rate, length."""
     start = time.perf_counter()
-    sampled = SamplingParams(samples, temperature, 1.0, max_new_tokens)
+    sampled = SamplingParams(samples, temperature, top_p, max_new_tokens)
     greedy = SamplingParams(1, 1.0, GREEDY_TOP_P, max_new_tokens)
     correct, formatted, lengths, greedy_correct = [], [], [], []
     step = max(1, batch_size // samples)

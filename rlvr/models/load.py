@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformers import PreTrainedModel
 
+from rlvr.models.logprobs import lm_head_logits
 from rlvr.models.tokenizer import TOKENIZER_FILE, CharTokenizer, HFTokenizer, Tokenizer
 from rlvr.models.warmstart import warm_start
 
@@ -40,6 +42,7 @@ def _load_pretrained(name: str) -> tuple[PreTrainedModel, Tokenizer, dict[str, A
             f"could not load model={name!r} as a {where} with AutoModelForCausalLM "
             f"(use {EMBEDDED!r} for the built-in tiny model): {err}"
         ) from err
+    check_logits_match(policy, name)
     tokenizer: Tokenizer
     if (Path(name) / TOKENIZER_FILE).is_file():
         tokenizer = CharTokenizer.load(name)  # a saved embedded model or an RL checkpoint of it
@@ -50,3 +53,37 @@ def _load_pretrained(name: str) -> tuple[PreTrainedModel, Tokenizer, dict[str, A
             raise ValueError(f"could not load a tokenizer for model={name!r}: {err}") from err
     policy.train()
     return policy, tokenizer, {"model": name, "parameters": policy.num_parameters()}
+
+
+# Config attribute names that hint at logit processing, named in the refusal message.
+_LOGIT_HINTS = ("logit", "softcap", "multiplier", "scaling", "scale_width", "dim_model_base")
+
+
+def check_logits_match(model: PreTrainedModel, name: str) -> None:
+    """Refuse a model whose own forward turns `lm_head(hidden)` into logits in a way rlvr's
+    `lm_head_logits` does not reproduce: rlvr computes logits from hidden states, so its
+    log-probs would silently differ from the model's. One 4-token forward decides."""
+    vocab = model.get_output_embeddings().weight.shape[0]
+    device = next(model.parameters()).device
+    ids = (torch.arange(4, device=device) % vocab)[None]  # (1, 4)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            expected = model(input_ids=ids).logits.float()
+            hidden = model.base_model(input_ids=ids).last_hidden_state
+            got = lm_head_logits(model, hidden, fp32_head=False)
+    finally:
+        model.train(was_training)
+    tolerance = 1e-3 * (1.0 + float(expected.abs().max()))
+    if got.shape == expected.shape and torch.allclose(got, expected, atol=tolerance, rtol=1e-2):
+        return
+    config = model.config.to_dict()
+    hints = sorted(k for k, v in config.items() if any(h in k for h in _LOGIT_HINTS) and v)
+    raise ValueError(
+        f"model={name!r} ({type(model).__name__}) is not supported: its forward turns the LM "
+        f"head's output into logits in a way rlvr does not reproduce (rlvr applies only "
+        f"final_logit_softcapping, logit_scale and logits_scaling), so log-probs computed "
+        f"from hidden states would differ from the model's; config attributes that may be "
+        f"responsible: {', '.join(hints) or 'none found'}"
+    )

@@ -42,12 +42,31 @@ def pack_prompt_response(
 
 
 def lm_head_logits(model: torch.nn.Module, hidden: torch.Tensor, fp32_head: bool) -> torch.Tensor:
-    """Logits from final hidden states; with `fp32_head` the matmul itself runs in float32."""
+    """Logits from final hidden states, with the model's own logit processing
+    (`process_logits`); with `fp32_head` the matmul itself runs in float32."""
     head = model.get_output_embeddings()
     if not fp32_head:
-        return head(hidden).float()
+        return process_logits(model.config, head(hidden).float())
     bias = None if head.bias is None else head.bias.float()
-    return F.linear(hidden.float(), head.weight.float(), bias)
+    return process_logits(model.config, F.linear(hidden.float(), head.weight.float(), bias))
+
+
+def process_logits(config: object, logits: torch.Tensor) -> torch.Tensor:
+    """What a model's own forward does to `lm_head(hidden)` and rlvr must do too, since it
+    computes logits from hidden states: Cohere multiplies by `logit_scale`, Granite divides
+    by `logits_scaling`, Gemma-2/3 soft-cap with `final_logit_softcapping` c:
+    logits ← c·tanh(logits / c). Models with other processing are refused at load time
+    (`rlvr.models.load.check_logits_match`)."""
+    scale = getattr(config, "logit_scale", None)
+    if scale is not None:
+        logits = logits * scale
+    divisor = getattr(config, "logits_scaling", None)
+    if divisor is not None:
+        logits = logits / divisor
+    cap = getattr(config, "final_logit_softcapping", None)
+    if cap is not None:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
 
 
 def response_hidden_states(

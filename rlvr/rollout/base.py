@@ -51,8 +51,9 @@ class Generation:
     response_mask: torch.Tensor
     """(B, T) float32: 1 for every generated token, the EOS token included."""
     sampler_logprobs: torch.Tensor
-    """(B, T) float32: log-prob under softmax(logits / temperature), before top-p
-    truncation; 0 where the mask is 0."""
+    """(B, T) float32: log-prob of the distribution sampled from: softmax(logits /
+    temperature), restricted to the top-p nucleus and renormalised when top_p < 1; 0 where
+    the mask is 0."""
     truncated: torch.Tensor
     """(B,) bool: hit max_new_tokens without emitting EOS."""
     prompt_index: torch.Tensor

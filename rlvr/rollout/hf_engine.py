@@ -2,8 +2,9 @@
 
 Every prompt is repeated `group_size` times and left-padded, so all rows decode in
 lock-step; the logits go through the same float32 LM head as the trainer's forward
-(`rlvr.models.logprobs`), so `sampler_logprobs` matches the trainer's log-probs up to
-floating-point reduction order.
+(`rlvr.models.logprobs`), so with top_p = 1 `sampler_logprobs` matches the trainer's
+log-probs up to floating-point reduction order. With top_p < 1 they are the log-probs of
+the renormalised nucleus, the distribution actually sampled from.
 """
 
 from __future__ import annotations
@@ -27,6 +28,17 @@ def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     mass_before = sorted_probs.cumsum(-1) - sorted_probs  # the top token always survives
     sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
     return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+
+
+def nucleus_log_probs(log_probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """log-probs of the distribution top-p sampling actually draws from: the nucleus
+    renormalised, p̃(v) = p(v) / Σ_{u∈nucleus} p(u) inside it, −inf outside.
+    (B, V) → (B, V); with top_p = 1 the input itself."""
+    if top_p >= 1.0:
+        return log_probs
+    kept = top_p_filter(log_probs.exp(), top_p) > 0
+    inside = log_probs.masked_fill(~kept, float("-inf"))
+    return inside - inside.logsumexp(-1, keepdim=True)
 
 
 def _cache_kwarg(model: torch.nn.Module) -> str:
@@ -115,7 +127,9 @@ class HFEngine:
                 position_ids = position_ids + 1
                 logits = self._next_logits(tokens[-1][:, None], attention_mask, position_ids, cache)
             log_probs = (logits / params.temperature).log_softmax(-1)  # (B, V)
-            probs = top_p_filter(log_probs.exp(), params.top_p)
+            # Report what was sampled from: TIS corrects toward this distribution.
+            log_probs = nucleus_log_probs(log_probs, params.top_p)
+            probs = log_probs.exp()
             token = torch.multinomial(probs.to(generator.device), 1, generator=generator)
             token = token.to(device)  # (B, 1)
             tokens.append(token[:, 0])

@@ -41,7 +41,7 @@ class TrainConfig:
     group_size: int = _doc("responses sampled per prompt (G)", 8)
     max_new_tokens: int = _doc("response budget in tokens (L_max)", 14)
     temperature: float = _doc("sampling temperature for training rollouts", 1.0)
-    top_p: float = _doc("nucleus sampling for training rollouts", 1.0)
+    top_p: float = _doc("nucleus sampling for training rollouts and sampled evaluation", 1.0)
     lr: float = _doc("policy learning rate (AdamW)", 1e-4)
     weight_decay: float = _doc("AdamW weight decay", 0.0)
     max_grad_norm: float = _doc("gradient clipping by global norm; 0 disables", 1.0)
@@ -58,6 +58,10 @@ class TrainConfig:
     save_every: int = _doc("also checkpoint every N steps (0: only at the end or on error)", 0)
     progress: bool = _doc("show progress bars", True)
     overrides: dict = field(default_factory=dict, metadata={"doc": "recipe fields overridden"})
+    critic_weight_decay: float = _doc(
+        "critic AdamW weight decay (0.01: torch's AdamW default, which it used to take silently)",
+        0.01,
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -89,6 +93,10 @@ class TrainConfig:
                 f"num_minibatches={self.num_minibatches} exceeds prompts_per_step="
                 f"{self.prompts_per_step}: minibatches are split by prompt group"
             )
+        for name in ("weight_decay", "critic_weight_decay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise ValueError(f"{name} must be a number ≥ 0, got {value!r}")
         for name in ("save_every", "eval_size"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)!r}")

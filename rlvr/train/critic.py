@@ -10,6 +10,11 @@ from rlvr.models.value import ValueModel
 from rlvr.train.rollout_batch import Rollout
 
 
+def critic_optimizer(critic: ValueModel, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """The critic's AdamW; the weight decay is always passed (torch's default is 0.01)."""
+    return torch.optim.AdamW(critic.parameters(), lr=lr, weight_decay=weight_decay)
+
+
 def critic_values(
     critic: ValueModel, rollout: Rollout, pad_id: int, micro_batch_size: int
 ) -> torch.Tensor:

@@ -25,7 +25,7 @@ from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.interrupt import ForcedInterruption
 from rlvr.tasks import make_task
 from rlvr.train.config import TrainConfig
-from rlvr.train.critic import critic_update, critic_values
+from rlvr.train.critic import critic_optimizer, critic_update, critic_values
 from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.rollout_batch import Rollout
 from rlvr.train.sampling import collect_rollouts, sample_groups
@@ -33,6 +33,7 @@ from rlvr.train.update import UpdateSettings, minibatch_rows, policy_update
 
 EVAL_SEED_OFFSET = 1_000_003
 PRETRAIN_SEED_OFFSET = 2_000_003
+MINIBATCH_SEED_OFFSET = 3_000_017
 
 
 class Trainer:
@@ -44,7 +45,11 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.task = make_task(cfg.task, **cfg.task_options)
         self.model, self.tokenizer, self.model_info = self._load_policy()
-        self.model.train()
+        # Every RL forward (sampling, π_old, π_ref, V, and the training forwards of policy
+        # and critic) runs with dropout off: eval mode changes nothing else for a causal LM,
+        # and gradients still flow. In train mode two forwards of the same weights differ,
+        # so ratios, clip fractions and KL would measure dropout noise.
+        self.model.eval()
         self.engine = HFEngine(self.model, self.tokenizer, fp32_head=self.recipe.fp32_head)
         if cfg.think_budget is not None:
             room = (
@@ -66,11 +71,18 @@ class Trainer:
         )
         self.reference = self._frozen_copy() if self.recipe.needs_reference else None
         self.critic = ValueModel.from_policy(self.model) if self.recipe.needs_critic else None
+        if self.critic is not None:
+            self.critic.eval()  # dropout off, as for the policy
         self.critic_optimizer = (
-            torch.optim.AdamW(self.critic.parameters(), lr=cfg.critic_lr) if self.critic else None
+            critic_optimizer(self.critic, cfg.critic_lr, cfg.critic_weight_decay)
+            if self.critic
+            else None
         )
         self.pool = PromptPool(self.task.problems("train"), cfg.seed, self.recipe.retire_threshold)
         self.generator = torch.Generator().manual_seed(cfg.seed)
+        # Reshuffles the minibatches of every PPO epoch (policy and critic); its own stream,
+        # so the sampling above draws the same numbers whatever num_minibatches is.
+        self.minibatch_generator = torch.Generator().manual_seed(cfg.seed + MINIBATCH_SEED_OFFSET)
         eval_split = self.task.problems("eval")
         self.eval_problems = eval_split[: cfg.eval_size] if cfg.eval_size else eval_split
         self.params = SamplingParams(cfg.group_size, cfg.temperature, cfg.top_p, cfg.max_new_tokens)
@@ -178,7 +190,15 @@ class Trainer:
             return metrics
         metrics["train/update_skipped"] = 0.0
         metrics.update(
-            policy_update(self.model, self.optimizer, self.recipe, rollout, prepared, self.settings)
+            policy_update(
+                self.model,
+                self.optimizer,
+                self.recipe,
+                rollout,
+                prepared,
+                self.settings,
+                self.minibatch_generator,
+            )
         )
         self.engine.sync_weights()
         if self.critic is not None:
@@ -203,12 +223,16 @@ class Trainer:
             old_logprobs=rollout.old_logprobs,
             ref_logprobs=rollout.ref_logprobs,
             values=rollout.values,
+            lengths=rollout.lengths,  # the inserted phrase counts toward L_max, so the ramp too
         )
 
     def _critic_steps(self, rollout, returns, mask, keep) -> dict[str, float]:
         losses = []
         for _ in range(self.cfg.ppo_epochs):
-            for rows in minibatch_rows(rollout.group_ids, keep, self.cfg.num_minibatches):
+            minibatches = minibatch_rows(
+                rollout.group_ids, keep, self.cfg.num_minibatches, self.minibatch_generator
+            )
+            for rows in minibatches:
                 losses.append(
                     critic_update(
                         self.critic,
@@ -267,6 +291,7 @@ class Trainer:
             self.eval_problems,
             samples=self.cfg.eval_samples,
             temperature=self.cfg.temperature,
+            top_p=self.cfg.top_p,
             max_new_tokens=self.cfg.max_new_tokens,
             seed=self.cfg.seed + EVAL_SEED_OFFSET,
         )

@@ -31,9 +31,21 @@ class UpdateSettings:
     log_entropy: bool = True
 
 
-def minibatch_rows(group_ids: torch.Tensor, keep: torch.Tensor, count: int) -> list[torch.Tensor]:
-    """Split the kept rows into `count` minibatches of whole prompt groups, as (N,) bool masks."""
+def minibatch_rows(
+    group_ids: torch.Tensor,
+    keep: torch.Tensor,
+    count: int,
+    generator: torch.Generator | None = None,
+) -> list[torch.Tensor]:
+    """Split the kept rows into `count` minibatches of whole prompt groups, as (N,) bool masks.
+
+    With a `generator` the groups are shuffled first: call once per epoch so that every
+    PPO epoch sees a fresh minibatch order (as TRL's PPO trainer does; verl keeps one
+    split for all epochs, see docs/conventions.md).
+    """
     groups = torch.unique(group_ids[keep])
+    if generator is not None:
+        groups = groups[torch.randperm(len(groups), generator=generator)]
     chunks = [c for c in torch.tensor_split(groups, min(count, max(len(groups), 1))) if len(c)]
     return [keep & torch.isin(group_ids, c) for c in chunks]
 
@@ -59,14 +71,19 @@ def policy_update(
     rollout: Rollout,
     prepared: PreparedBatch,
     settings: UpdateSettings,
+    generator: torch.Generator | None = None,
 ) -> dict[str, float]:
-    """All optimizer steps of one rollout batch; returns the step's loss/clip/time metrics."""
+    """All optimizer steps of one rollout batch; returns the step's loss/clip/time metrics.
+    `generator` reshuffles the minibatches of every epoch (None: the same fixed order)."""
     start = time.perf_counter()
     stats = StepStats()
     skip = skippable_rows(recipe, prepared.advantages)
     computed_rows = optimizer_steps = 0
     for _ in range(settings.ppo_epochs):
-        for rows in minibatch_rows(rollout.group_ids, prepared.keep, settings.num_minibatches):
+        minibatches = minibatch_rows(
+            rollout.group_ids, prepared.keep, settings.num_minibatches, generator
+        )
+        for rows in minibatches:
             weights, nll_weights = step_weights(
                 recipe,
                 prepared.response_mask,

@@ -49,7 +49,9 @@ def test_layout_masks_and_groups(engine, tokenizer):
 
 
 def test_sampler_logprobs_equal_trainer_logprobs(engine, tokenizer):
-    for params in ({"temperature": 1.0}, {"temperature": 0.7, "top_p": 0.9}):
+    # top_p = 1 only: with a nucleus the sampler reports renormalised log-probs
+    # (test_rollout_nucleus).
+    for params in ({"temperature": 1.0}, {"temperature": 0.7}):
         gen = sample(engine, 1, group_size=8, max_new_tokens=14, **params)
         trainer = response_logprobs(
             engine.model,
