@@ -16,6 +16,7 @@ import yaml
 
 from rlvr.algo.fields_check import check_field_types
 from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
+from rlvr.train.hf_setup import check_options as check_hf_options
 
 
 def _doc(text: str, default: Any) -> Any:
@@ -58,6 +59,20 @@ class TrainConfig:
     save_every: int = _doc("also checkpoint every N steps (0: only at the end or on error)", 0)
     progress: bool = _doc("show progress bars", True)
     overrides: dict = field(default_factory=dict, metadata={"doc": "recipe fields overridden"})
+    reward_funcs: list = field(
+        default_factory=list,
+        metadata={
+            "doc": "reward functions 'module:function' or {func, weight} (default: verifier)"
+        },
+    )
+    policy: dict = field(
+        default_factory=dict,
+        metadata={"doc": "HF policy: dtype, device, lora, chat_template, gradient_checkpointing"},
+    )
+    rollout_engine: str = _doc("rollout engine: 'hf' (in-process) or 'vllm' (rlvr[gpu])", "hf")
+    engine_options: dict = field(
+        default_factory=dict, metadata={"doc": "vLLM engine options (gpu_memory_utilization, ...)"}
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -99,6 +114,7 @@ class TrainConfig:
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe={self.recipe!r} is unknown; valid: {', '.join(RECIPES)}")
         recipe = self.build_recipe()  # validates the overrides
+        check_hf_options(self)
         if recipe.overlong_penalty and recipe.overlong_cache > self.max_new_tokens:
             raise ValueError(
                 f"overlong_cache={recipe.overlong_cache} exceeds max_new_tokens="
