@@ -183,3 +183,18 @@ def task_rewards(
     if model is None:
         return [float(v.correct) for v in verdicts]
     return model([p.prompt for p in problems], completions, batch_columns(problems, verdicts))
+
+
+def reward_metrics(task: Any) -> dict[str, float]:
+    """`reward/fn/<name>` per reward function (last sampling round of the step) and the
+    process's cumulative `verify/timeouts` and `verify/errors` of `rlvr.verify.check`."""
+    from rlvr.verify.checkers import FAILURES
+
+    metrics = {
+        "verify/timeouts": float(sum(v for k, v in FAILURES.items() if k.endswith("/timeout"))),
+        "verify/errors": float(sum(v for k, v in FAILURES.items() if k.endswith("/error"))),
+    }
+    model = getattr(task, "reward_model", None)
+    if model is not None:
+        metrics.update({f"reward/fn/{name}": v for name, v in model.last_means.items()})
+    return metrics

@@ -91,6 +91,8 @@ class DatasetTask(Task):
         skip_bad_rows: bool = False,
         eval_only: bool = False,
         verify_timeout_s: float | None = None,
+        eval_prompt_field: str | None = None,
+        eval_answer_field: str | None = None,
     ) -> None:
         """
         Args:
@@ -109,6 +111,8 @@ class DatasetTask(Task):
             skip_bad_rows: warn about invalid rows and skip them instead of failing.
             eval_only: every row of ``data`` goes to the eval split (benchmarks like AIME).
             verify_timeout_s: time limit of one check (None: the verifier's default).
+            eval_prompt_field, eval_answer_field: the columns of ``eval_data`` when they
+                differ from the training data's (e.g. DAPO-Math for training, AIME for eval).
         """
         if data is None:
             raise ValueError(f"task {self.name!r} needs data= (a file path or a hub mapping)")
@@ -117,6 +121,7 @@ class DatasetTask(Task):
         self.source = DataSource.parse(data, "data")
         self.eval_source = None if eval_data is None else DataSource.parse(eval_data, "eval_data")
         self.prompt_field, self.answer_field = prompt_field, answer_field
+        self.eval_fields = (eval_prompt_field or prompt_field, eval_answer_field or answer_field)
         self.verifier = verifier
         self.template = self.default_template if template is None else template
         self.seed = seed
@@ -129,12 +134,12 @@ class DatasetTask(Task):
 
     # -- loading -------------------------------------------------------------------------
 
-    def _problems_of(self, source: DataSource) -> list[DataProblem]:
+    def _problems_of(self, source: DataSource, fields: tuple[str, str]) -> list[DataProblem]:
         rows = read_rows(source)
         problems, bad = [], []
         for row in rows:
             try:
-                problems.append(self._problem(row))
+                problems.append(self._problem(row, *fields))
             except ValueError as err:
                 bad.append(f"line {row.line}: {err}")
         self.report[f"bad_rows:{source.describe()}"] = len(bad)
@@ -155,13 +160,13 @@ class DatasetTask(Task):
             raise ValueError(f"{source.describe()}: no valid rows")
         return self._deduplicated(problems) if self.dedupe else problems
 
-    def _problem(self, row: Row) -> DataProblem:
-        prompt = get_field(row.fields, self.prompt_field)
+    def _problem(self, row: Row, prompt_field: str, answer_field: str) -> DataProblem:
+        prompt = get_field(row.fields, prompt_field)
         if is_missing(prompt) or not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError(f"no text in prompt column {self.prompt_field!r}")
-        answer = get_field(row.fields, self.answer_field)
+            raise ValueError(f"no text in prompt column {prompt_field!r}")
+        answer = get_field(row.fields, answer_field)
         if is_missing(answer) or answer is None or str(answer).strip() == "":
-            raise ValueError(f"no value in answer column {self.answer_field!r}")
+            raise ValueError(f"no value in answer column {answer_field!r}")
         reference = normalise_answer(self.verifier, answer)
         columns = {**row.fields, "line": row.line}
         try:
@@ -199,7 +204,7 @@ class DatasetTask(Task):
         return list(self._splits[split])
 
     def _build_splits(self) -> dict[str, list[DataProblem]]:
-        rows = self._problems_of(self.source)
+        rows = self._problems_of(self.source, (self.prompt_field, self.answer_field))
         if self.eval_only:
             return self._named({"train": [], "dev": [], "eval": rows})
         order = list(range(len(rows)))
@@ -216,7 +221,7 @@ class DatasetTask(Task):
         held = set(order[:needed])
         train_rows = [r for i, r in enumerate(rows) if i not in held]
         if self.eval_source is not None:
-            eval_rows = self._problems_of(self.eval_source)
+            eval_rows = self._problems_of(self.eval_source, self.eval_fields)
             eval_rows = eval_rows[: self.eval_size] if self.eval_size else eval_rows
         return self._named({"train": train_rows, "dev": dev_rows, "eval": eval_rows})
 

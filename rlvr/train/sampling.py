@@ -16,7 +16,7 @@ import torch
 
 from rlvr.algo.recipes import Recipe
 from rlvr.algo.selection import informative_groups
-from rlvr.rewards import task_rewards
+from rlvr.rewards import reward_metrics, task_rewards
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.tasks import Problem, Task
 from rlvr.train.prompt_pool import PromptPool
@@ -101,6 +101,7 @@ def collect_rollouts(
     metrics.update(_time_metrics(metrics, time.perf_counter() - start, first_round_s))
     metrics["rollout/retired_prompts"] = float(retired)
     metrics["rollout/pool_size"] = float(pool.active_size)
+    metrics.update(reward_metrics(task))
     return Collected(rollout, metrics)
 
 

@@ -176,3 +176,23 @@ def test_task_needs_data_and_a_known_verifier(tmp_path):
     with pytest.raises(ValueError, match="verifier must be one of gsm8k, math, aime"):
         make_task("dataset", data="x.jsonl", verifier="exact")
     assert "prompt_field" in task_options("math")
+
+
+def test_eval_data_with_its_own_columns(tmp_path):
+    train = write_jsonl(
+        tmp_path / "dapo.jsonl", [{"prompt": f"P{i}", "solution": str(i)} for i in range(9)]
+    )
+    aime = write_jsonl(tmp_path / "aime.jsonl", [{"problem": "A1", "answer": "042"}])
+    task = make_task(
+        "dataset",
+        data=train,
+        answer_field="solution",
+        eval_data=aime,
+        eval_prompt_field="problem",
+        eval_answer_field="answer",
+        verifier="math",
+    )
+    (problem,) = task.problems("eval")
+    assert (problem.prompt, problem.answer) == ("A1", "042")
+    assert task.verify(problem, "\\boxed{42}").correct
+    assert len(task.problems("train")) == 9

@@ -56,6 +56,8 @@ def test_full_finetune_two_steps_with_a_user_reward(model_dir, tmp_path):
     assert all(m["train/update_skipped"] == 0.0 for m in metrics)
     # brevity rewards are -len/100 ≤ 0 and not all equal, so the policy moved
     assert all(m["reward/mean"] <= 0 for m in metrics)
+    assert all(m["reward/fn/brevity"] <= 0 for m in metrics)
+    assert metrics[0]["verify/timeouts"] >= 0 and "verify/errors" in metrics[0]
     after = _base_weights(trainer.model)
     assert any(not torch.equal(before[k], after[k]) for k in before)
 
