@@ -196,3 +196,19 @@ def test_eval_data_with_its_own_columns(tmp_path):
     assert (problem.prompt, problem.answer) == ("A1", "042")
     assert task.verify(problem, "\\boxed{42}").correct
     assert len(task.problems("train")) == 9
+
+
+def test_datasets_library_path_with_a_local_dataset_directory(tmp_path, monkeypatch):
+    # The hub branch goes through datasets.load_dataset; a local directory exercises it
+    # without the network (the hub itself is unreachable from the tests).
+    pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "my_gsm8k"
+    folder.mkdir()
+    write_jsonl(folder / "train.jsonl", gsm8k_rows(12))
+    task = make_task("gsm8k", data={"hub": str(folder), "split": "train"}, dev_size=2)
+    assert len(task.problems("train")) == 10 and len(task.problems("dev")) == 2
+    assert sorted(int(p.answer) for p in task.problems("train") + task.problems("dev")) == [
+        2 * i for i in range(1, 13)
+    ]
