@@ -20,6 +20,7 @@ def test_gpu_config_resolves(path):
     assert set(cfg.task_options) <= set(task_options(cfg.task))
     assert cfg.policy["lora"]["rank"] == 32 and cfg.rollout_engine == "vllm"
     assert cfg.eval_samples == 12  # AIME 2025 Average@12 / Pass@12
+    assert cfg.build_recipe().fp32_head
 
 
 def _differences(a: str, b: str) -> set[str]:
