@@ -152,10 +152,16 @@ class RewardModel:
         return totals
 
 
+RESERVED = {"prompts", "completions", "reference", "correct", "formatted", "problem_uid"}
+"""Keyword names rlvr passes itself; dataset columns with these names are not passed."""
+
+
 def batch_columns(problems: list[Any], verdicts: list[Verdict]) -> dict[str, list[Any]]:
     """Keyword columns for a batch: the dataset row's columns, reference, verdicts, uid."""
     columns: dict[str, list[Any]] = {}
-    names = {k for p in problems for k in getattr(p, "columns", {})}
+    # rlvr's own columns win over dataset columns of the same name; prompts and
+    # completions are the positional arguments and are never passed twice.
+    names = {k for p in problems for k in getattr(p, "columns", {})} - RESERVED
     for name in sorted(names):
         columns[name] = [getattr(p, "columns", {}).get(name) for p in problems]
     columns.update(

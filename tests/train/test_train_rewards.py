@@ -50,3 +50,11 @@ def test_errors_name_the_reward_function():
     model.funcs[0] = lambda prompts, completions, **_: [1.0]
     with pytest.raises(ValueError, match="returned 1 rewards for 2 completions"):
         model(["p", "q"], ["a", "b"], {})
+
+
+def test_dataset_columns_named_like_rlvr_arguments_are_not_passed_twice():
+    from rlvr.rewards import batch_columns
+
+    problem = DataProblem("d/train/0", "Q", "4", "", {"completions": "x", "correct": "no", "q": 1})
+    columns = batch_columns([problem], [Verdict(True, True, "4")])
+    assert "completions" not in columns and columns["correct"] == [True] and columns["q"] == [1]
