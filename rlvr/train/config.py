@@ -28,7 +28,9 @@ class TrainConfig:
     """Everything a training run needs besides the recipe's choices."""
 
     recipe: str = _doc("named recipe (`rlvr recipes`); any recipe field may be set too", "grpo")
-    task: str = _doc("task name: arithmetic, countdown", "arithmetic")
+    task: str = _doc(
+        "task name: arithmetic, countdown, gsm8k, math, dapo_math, aime, dataset", "arithmetic"
+    )
     task_options: dict = field(default_factory=dict, metadata={"doc": "task constructor options"})
     model: str = _doc("'embedded' (tiny warm-started policy), a local path or hub id", "embedded")
     warm_target: float = _doc("dev accuracy at which the embedded warm start stops", 0.3)
