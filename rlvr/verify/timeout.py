@@ -6,11 +6,13 @@ of limiting anything; rlvr calls math-verify with its time-outs disabled and app
 one). The strategy follows where the call runs:
 
 - ``"alarm"``: the main thread with no timer already set — a SIGALRM interrupts the call.
-- ``"process"``: anywhere else — the call runs in a persistent helper process (started
-  once, with the ``spawn`` method so no thread locks are inherited) that is killed and
-  restarted when a call overruns. This also bounds C-level work a signal cannot stop.
-- ``"thread"``: inside a daemonic process, which may not start children — the call runs
-  in a daemon thread that is abandoned on time-out (the verdict still comes back on time).
+- ``"process"``: anywhere else (other threads, worker processes' threads) — the call runs
+  in a persistent helper process (``python -m rlvr.verify_helper``, started once with
+  ``subprocess``, so it works inside daemonic workers and never re-imports the caller's
+  ``__main__``) that is killed and restarted when a call overruns. This also bounds
+  C-level work a signal cannot stop.
+- ``"thread"`` (only when asked for): the call runs in a daemon thread that is abandoned
+  on time-out; the verdict comes back on time but the work goes on in the background.
 
 ``mode="process"`` forces the helper process even on the main thread.
 """
@@ -18,11 +20,16 @@ one). The strategy follows where the call runs:
 from __future__ import annotations
 
 import importlib
-import multiprocessing
+import os
+import select
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from rlvr.verify_helper import read_message, write_message
 
 MODES = ("auto", "alarm", "process", "thread")
 
@@ -49,9 +56,7 @@ def choose_mode(mode: str = "auto") -> str:
         raise ValueError(f"timeout mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mode != "auto":
         return mode
-    if _alarm_usable():
-        return "alarm"
-    return "thread" if multiprocessing.current_process().daemon else "process"
+    return "alarm" if _alarm_usable() else "process"
 
 
 def call_with_timeout(
@@ -103,24 +108,6 @@ def _with_thread(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float
     return box["value"]
 
 
-def _serve(connection: Any) -> None:
-    """The helper process: import or call what arrives, reply ("ok", value) or ("error", exc)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    while True:
-        try:
-            fn, args = connection.recv()
-        except EOFError:
-            return
-        try:
-            reply = ("ok", fn(*args))
-        except Exception as error:
-            reply = ("error", error)
-        try:
-            connection.send(reply)
-        except Exception as error:  # an unpicklable result
-            connection.send(("error", TypeError(f"verifier result not picklable: {error}")))
-
-
 def _import(name: str) -> None:
     module = importlib.import_module(name)
     if callable(getattr(module, "warm_up", None)):
@@ -136,44 +123,58 @@ class _Helper:
 
     Before a function's first call the helper imports its module (and runs its
     ``warm_up()``, if it has one) without the call's time limit, so the limit measures the
-    check, not a one-off import of sympy.
+    check, not a one-off import of sympy. The helper sees the parent's ``sys.path``, so
+    user modules (reward functions, custom verifiers) import there too.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._process: Any = None
-        self._connection: Any = None
+        self._process: subprocess.Popen | None = None
         self._modules: set[str] = set()
 
     def _start(self) -> None:
-        context = multiprocessing.get_context("spawn")
-        parent, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child,), daemon=True)
-        self._process.start()
-        child.close()
-        self._connection = parent
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "rlvr.verify_helper"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
         self._modules = set()
 
     def _stop(self) -> None:
         if self._process is not None:
             self._process.kill()
-            self._process.join()
-        self._process = self._connection = None
+            self._process.wait()
+        self._process = None
 
     def _roundtrip(self, fn: Callable[..., Any], args: tuple[Any, ...], limit_s: float) -> Any:
-        self._connection.send((fn, args))
-        if not self._connection.poll(limit_s):
+        process = self._process
+        try:
+            write_message(process.stdin, (fn, args))
+        except BrokenPipeError:
+            self._stop()
+            raise RuntimeError("the verifier helper process exited") from None
+        ready, _, _ = select.select([process.stdout], [], [], limit_s)
+        if not ready:
             self._stop()
             raise VerifierTimeout
-        return self._connection.recv()
+        try:
+            return read_message(process.stdout)
+        except EOFError:
+            self._stop()
+            raise RuntimeError("the verifier helper process exited") from None
 
     def call(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float) -> Any:
         with self._lock:
-            if self._process is None or not self._process.is_alive():
+            if self._process is None or self._process.poll() is not None:
                 self._start()
             module = getattr(fn, "__module__", None)
             if module and module not in self._modules:
-                self._roundtrip(_import, (module,), IMPORT_LIMIT_S)
+                status, value = self._roundtrip(_import, (module,), IMPORT_LIMIT_S)
+                if status == "error":
+                    raise value
                 self._modules.add(module)
             status, value = self._roundtrip(fn, args, timeout_s)
         if status == "error":

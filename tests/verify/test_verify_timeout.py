@@ -1,6 +1,7 @@
 """A pathological answer times out cleanly wherever the check runs: main thread (alarm),
-another thread (helper process), a worker process, and a thread inside a daemonic
-worker (abandoned thread). A time-out is a counted verdict, never an exception."""
+another thread (helper process), a worker process's main thread (alarm) and a thread
+inside a daemonic worker (helper process). A time-out is a counted verdict, never an
+exception."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def _in_child(queue, use_thread: bool) -> None:
         queue.put((choose_mode(), *_timed_check()))
 
 
-@pytest.mark.parametrize(("use_thread", "expected_mode"), [(False, "alarm"), (True, "thread")])
+@pytest.mark.parametrize(("use_thread", "expected_mode"), [(False, "alarm"), (True, "process")])
 def test_inside_a_daemonic_worker_process(use_thread, expected_mode):
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
@@ -129,3 +130,43 @@ def test_a_time_out_on_the_first_check_leaves_math_verify_working():
     child.join(30)
     assert "timed out" in reason
     assert later_correct
+
+
+def _noisy(x: int) -> int:
+    print("verifier chatter on stdout")
+    return x + 1
+
+
+def test_a_verifier_printing_to_stdout_does_not_break_the_helper():
+    assert call_with_timeout(_noisy, (41,), 30.0, mode="process") == 42
+    assert call_with_timeout(_noisy, (1,), 30.0, mode="process") == 2
+
+
+SCRIPT = """
+import threading
+from pathlib import Path
+from rlvr.verify import check
+with Path({marker!r}).open("a") as f:
+    f.write("top level ran\\n")
+box = []
+worker = threading.Thread(target=lambda: box.append(check("gsm8k", "#### 1,000", "1000")))
+worker.start()
+worker.join(120)
+print(box[0].correct)
+"""
+
+
+def test_the_helper_never_reruns_the_callers_main_script(tmp_path):
+    # A user's script without an `if __name__ == "__main__"` guard: a multiprocessing
+    # spawn would re-run its top level in the helper (and failed on `python -`).
+    import subprocess
+    import sys
+
+    marker = tmp_path / "marker.txt"
+    script = tmp_path / "user_script.py"
+    script.write_text(SCRIPT.format(marker=str(marker)))
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+    )
+    assert result.stdout.strip() == "True", result.stderr[-2000:]
+    assert marker.read_text().count("top level ran") == 1
