@@ -131,6 +131,7 @@ class _Helper:
         self._lock = threading.Lock()
         self._process: subprocess.Popen | None = None
         self._modules: set[str] = set()
+        self._owner = os.getpid()
 
     def _start(self) -> None:
         env = dict(os.environ)
@@ -167,6 +168,8 @@ class _Helper:
             raise RuntimeError("the verifier helper process exited") from None
 
     def call(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float) -> Any:
+        if self._owner != os.getpid():  # a forked child must not share its parent's helper
+            self.__init__()
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._start()

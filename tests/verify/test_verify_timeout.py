@@ -170,3 +170,22 @@ def test_the_helper_never_reruns_the_callers_main_script(tmp_path):
     )
     assert result.stdout.strip() == "True", result.stderr[-2000:]
     assert marker.read_text().count("top level ran") == 1
+
+
+def test_a_forked_child_gets_its_own_helper():
+    import os
+
+    from rlvr.verify.timeout import _HELPER
+
+    assert call_with_timeout(_noisy, (1,), 30.0, mode="process") == 2
+    parent_helper = _HELPER._process
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: a call must not talk to the parent's helper
+        ok = call_with_timeout(_noisy, (2,), 60.0, mode="process") == 3
+        ok = ok and _HELPER._process is not parent_helper
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    assert _HELPER._process is parent_helper and parent_helper.poll() is None
