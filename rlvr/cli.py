@@ -182,6 +182,10 @@ def cmd_evalsize(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from rlvr.cli_eval_k import cmd_eval_k, wants_k
+
+    if wants_k(args):  # --k / --data: pass@k evaluation of any model and task
+        return cmd_eval_k(args)
     from rlvr.eval.run import evaluate_model
     from rlvr.train.config import apply_override
 
@@ -280,6 +284,9 @@ def _add_eval(sub) -> None:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--max-new-tokens", type=int, default=14)
     p.add_argument("--seed", type=int, default=0)
+    from rlvr.cli_eval_k import add_k_arguments
+
+    add_k_arguments(p)
     p.set_defaults(func=cmd_eval)
 
 

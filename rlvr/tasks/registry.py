@@ -8,10 +8,12 @@ from typing import Any
 from rlvr.tasks.arithmetic import ArithmeticTask
 from rlvr.tasks.base import Task
 from rlvr.tasks.countdown import CountdownTask
+from rlvr.tasks.math_data import DATA_TASKS
 
 TASKS: dict[str, type[Task]] = {
     ArithmeticTask.name: ArithmeticTask,
     CountdownTask.name: CountdownTask,
+    **DATA_TASKS,
 }
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from rlvr.models.hf_policy import save_kwargs
 from rlvr.models.warmstart import quiet_transformers
 
 
@@ -23,7 +24,7 @@ def save_checkpoint(directory: Path, policy, tokenizer, state: dict[str, Any], c
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     with quiet_transformers():
-        policy.save_pretrained(tmp / "policy")
+        policy.save_pretrained(tmp / "policy", **save_kwargs(policy))
     tokenizer.save(tmp / "policy")
     if critic is not None:
         torch.save(critic.state_dict(), tmp / "critic.pt")

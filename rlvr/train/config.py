@@ -16,6 +16,7 @@ import yaml
 
 from rlvr.algo.fields_check import check_field_types
 from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
+from rlvr.train.hf_setup import check_options as check_hf_options
 
 
 def _doc(text: str, default: Any) -> Any:
@@ -27,7 +28,9 @@ class TrainConfig:
     """Everything a training run needs besides the recipe's choices."""
 
     recipe: str = _doc("named recipe (`rlvr recipes`); any recipe field may be set too", "grpo")
-    task: str = _doc("task name: arithmetic, countdown", "arithmetic")
+    task: str = _doc(
+        "task name: arithmetic, countdown, gsm8k, math, dapo_math, aime, dataset", "arithmetic"
+    )
     task_options: dict = field(default_factory=dict, metadata={"doc": "task constructor options"})
     model: str = _doc("'embedded' (tiny warm-started policy), a local path or hub id", "embedded")
     warm_target: float = _doc("dev accuracy at which the embedded warm start stops", 0.3)
@@ -61,6 +64,20 @@ class TrainConfig:
     critic_weight_decay: float = _doc(
         "critic AdamW weight decay (0.01: torch's AdamW default, which it used to take silently)",
         0.01,
+    )
+    reward_funcs: list = field(
+        default_factory=list,
+        metadata={
+            "doc": "reward functions 'module:function' or {func, weight} (default: verifier)"
+        },
+    )
+    policy: dict = field(
+        default_factory=dict,
+        metadata={"doc": "HF policy: dtype, device, lora, chat_template, gradient_checkpointing"},
+    )
+    rollout_engine: str = _doc("rollout engine: 'hf' (in-process) or 'vllm' (rlvr[gpu])", "hf")
+    engine_options: dict = field(
+        default_factory=dict, metadata={"doc": "vLLM engine options (gpu_memory_utilization, ...)"}
     )
 
     def __post_init__(self) -> None:
@@ -107,6 +124,7 @@ class TrainConfig:
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe={self.recipe!r} is unknown; valid: {', '.join(RECIPES)}")
         recipe = self.build_recipe()  # validates the overrides
+        check_hf_options(self)
         if recipe.overlong_penalty and recipe.overlong_cache > self.max_new_tokens:
             raise ValueError(
                 f"overlong_cache={recipe.overlong_cache} exceeds max_new_tokens="

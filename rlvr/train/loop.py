@@ -8,7 +8,6 @@ step, every `eval_every` steps and after the last.
 
 from __future__ import annotations
 
-import copy
 import time
 import warnings
 from typing import Any
@@ -20,12 +19,15 @@ from rlvr.algo.gae import gae
 from rlvr.algo.token_advantages import outcome_token_rewards
 from rlvr.eval import evaluate_policy
 from rlvr.models import load_policy, response_logprobs
+from rlvr.models.hf_policy import reference_policy
+from rlvr.models.modes import dropout_off
 from rlvr.models.value import ValueModel
-from rlvr.rollout import HFEngine, SamplingParams
+from rlvr.rollout import SamplingParams
 from rlvr.rollout.interrupt import ForcedInterruption
 from rlvr.tasks import make_task
 from rlvr.train.config import TrainConfig
 from rlvr.train.critic import critic_optimizer, critic_update, critic_values
+from rlvr.train.hf_setup import make_engine, prepare_components
 from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.rollout_batch import Rollout
 from rlvr.train.sampling import collect_rollouts, sample_groups
@@ -45,12 +47,15 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.task = make_task(cfg.task, **cfg.task_options)
         self.model, self.tokenizer, self.model_info = self._load_policy()
+        self.model, self.task = prepare_components(
+            cfg, self.model, self.tokenizer, self.task, self.model_info
+        )
         # Every RL forward (sampling, π_old, π_ref, V, and the training forwards of policy
-        # and critic) runs with dropout off: eval mode changes nothing else for a causal LM,
-        # and gradients still flow. In train mode two forwards of the same weights differ,
-        # so ratios, clip fractions and KL would measure dropout noise.
-        self.model.eval()
-        self.engine = HFEngine(self.model, self.tokenizer, fp32_head=self.recipe.fp32_head)
+        # and critic) runs with dropout off; gradients still flow. With dropout on, two
+        # forwards of the same weights differ, so ratios, clip fractions and KL would
+        # measure dropout noise.
+        dropout_off(self.model)
+        self.engine = make_engine(cfg, self.model, self.tokenizer, self.recipe.fp32_head)
         if cfg.think_budget is not None:
             room = (
                 cfg.max_new_tokens
@@ -72,7 +77,7 @@ class Trainer:
         self.reference = self._frozen_copy() if self.recipe.needs_reference else None
         self.critic = ValueModel.from_policy(self.model) if self.recipe.needs_critic else None
         if self.critic is not None:
-            self.critic.eval()  # dropout off, as for the policy
+            dropout_off(self.critic)  # as for the policy
         self.critic_optimizer = (
             critic_optimizer(self.critic, cfg.critic_lr, cfg.critic_weight_decay)
             if self.critic
@@ -132,10 +137,7 @@ class Trainer:
         return model, tokenizer, info
 
     def _frozen_copy(self) -> torch.nn.Module:
-        ref = copy.deepcopy(self.model).eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
-        return ref
+        return reference_policy(self.model)  # LoRA: the policy with adapters disabled
 
     @property
     def on_policy(self) -> bool:

@@ -16,6 +16,7 @@ import torch
 
 from rlvr.algo.recipes import Recipe
 from rlvr.algo.selection import informative_groups
+from rlvr.rewards import reward_metrics, task_rewards
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.tasks import Problem, Task
 from rlvr.train.prompt_pool import PromptPool
@@ -43,13 +44,14 @@ def sample_groups(
         for i, text in zip(gen.prompt_index.tolist(), gen.texts, strict=True)
     ]
     correct = [v.correct for v in verdicts]
+    answered = [problems[i] for i in gen.prompt_index.tolist()]
     return from_generation(
         gen,
         [p.uid for p in problems],
         group_offset,
         correct,
         [v.formatted for v in verdicts],
-        [float(c) for c in correct],
+        task_rewards(task, answered, gen.texts, verdicts),
     )
 
 
@@ -99,6 +101,7 @@ def collect_rollouts(
     metrics.update(_time_metrics(metrics, time.perf_counter() - start, first_round_s))
     metrics["rollout/retired_prompts"] = float(retired)
     metrics["rollout/pool_size"] = float(pool.active_size)
+    metrics.update(reward_metrics(task))
     return Collected(rollout, metrics)
 
 

@@ -6,7 +6,15 @@ from rlvr.tasks import TASKS, ArithmeticTask, CountdownTask, Task, make_task, ta
 
 
 def test_registry_contents():
-    assert set(TASKS) == {"arithmetic", "countdown"}
+    assert set(TASKS) == {
+        "arithmetic",
+        "countdown",
+        "dataset",
+        "gsm8k",
+        "math",
+        "dapo_math",
+        "aime",
+    }
     assert TASKS["arithmetic"] is ArithmeticTask and TASKS["countdown"] is CountdownTask
     assert all(issubclass(cls, Task) and cls.name == name for name, cls in TASKS.items())
 
@@ -20,7 +28,8 @@ def test_make_task_passes_options():
 
 def test_unknown_task_lists_valid_ones():
     with pytest.raises(
-        ValueError, match="unknown task 'gsm9k'; valid tasks are: arithmetic, countdown"
+        ValueError,
+        match="unknown task 'gsm9k'; valid tasks are: aime, arithmetic, countdown, dapo_math",
     ):
         make_task("gsm9k")
 

@@ -8,6 +8,7 @@ import torch
 from local_model import local_trainer
 
 from rlvr.models import response_logprobs
+from rlvr.models.modes import checkpointing
 from rlvr.train import Trainer
 
 
@@ -37,3 +38,20 @@ def test_on_policy_ratio_is_exactly_one_with_a_dropout_model(tmp_path):
     assert abs(metrics["clip/ratio_mean"] - 1.0) < 1e-6
     assert metrics["clip/frac"] == 0.0
     assert not trainer.model.training and not trainer.critic.training
+
+
+def test_dropout_off_keeps_gradient_checkpointing_active(tmp_path):
+    # HF gradient checkpointing runs only in train mode, so eval() would silently turn it
+    # off; the policy stays in train mode with every dropout probability at 0 instead.
+    trainer = dropout_trainer(
+        tmp_path, recipe="grpo", policy={"gradient_checkpointing": True}, steps=1
+    )
+    assert trainer.model.training and checkpointing(trainer.model)
+    attention = [m for m in trainer.model.modules() if hasattr(m, "attention_dropout")]
+    assert attention and all(m.attention_dropout == 0.0 for m in attention)
+    rollout = trainer.engine.generate(["1+2=", "3+4="], trainer.params, torch.Generator())
+    pad = trainer.tokenizer.pad_token_id
+    args = (rollout.prompt_ids, rollout.response_ids, rollout.response_mask, pad)
+    assert torch.equal(
+        response_logprobs(trainer.model, *args), response_logprobs(trainer.model, *args)
+    )

@@ -1,0 +1,94 @@
+"""`rlvr eval --k K [--data FILE]`: the pass@k evaluation of any model on any task.
+
+Heavy imports happen inside the functions, so building the CLI parser stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def add_k_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the pass@k evaluation, added to `rlvr eval`."""
+    parser.add_argument("--k", type=int, help="samples per item: avg@k, pass@k, maj@k with CIs")
+    parser.add_argument(
+        "--data", help="JSONL/JSON/Parquet file of the task (every row is evaluated)"
+    )
+    parser.add_argument("--items", help="write one JSONL line per item (samples and verdicts) here")
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (with --k)")
+    parser.add_argument("--engine", default="hf", choices=("hf", "vllm"), help="rollout engine")
+    parser.add_argument("--batch-size", type=int, default=64, help="prompts per generate call")
+
+
+def wants_k(args: argparse.Namespace) -> bool:
+    return getattr(args, "k", None) is not None or getattr(args, "data", None) is not None
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    from rlvr.tasks import task_options
+    from rlvr.train.config import apply_override
+
+    options: dict[str, Any] = {}
+    for assignment in args.set:
+        apply_override(options, assignment)
+    unknown = sorted(set(options) - {"task_options", "policy", "engine_options"})
+    if unknown:
+        raise ValueError(
+            f"--set {unknown[0]}=...: rlvr eval --k takes task_options.*, policy.* and "
+            "engine_options.* keys"
+        )
+    task_opts = dict(options.get("task_options", {}))
+    if args.data is not None:
+        task_opts["data"] = args.data
+        if "eval_only" in task_options(args.task):
+            task_opts.setdefault("eval_only", True)  # the file is the benchmark: score all rows
+    return {**options, "task_options": task_opts}
+
+
+def _engine(args, policy, tokenizer, engine_options):
+    if args.engine == "vllm":
+        from rlvr.rollout.vllm_engine import VLLMEngine
+
+        return VLLMEngine.create(policy, tokenizer, **engine_options)
+    from rlvr.rollout import HFEngine
+
+    return HFEngine(policy, tokenizer)
+
+
+def evaluate_from_args(args: argparse.Namespace) -> dict[str, float]:
+    """Load the model and task the arguments name and run `evaluate_k`."""
+    from rlvr.eval.bench import KSettings, evaluate_k
+    from rlvr.models import load_policy
+    from rlvr.models.hf_policy import chat_formatted, prepare_policy
+    from rlvr.models.policy_options import PolicyOptions
+    from rlvr.tasks import SPLITS, make_task
+
+    options = _options(args)
+    if args.split not in SPLITS:
+        raise ValueError(f"split={args.split!r} is not valid; choose one of: {', '.join(SPLITS)}")
+    task = make_task(args.task, **options["task_options"])
+    policy, tokenizer, _ = load_policy(args.model, args.task, options["task_options"], 0)
+    if args.model != "embedded":
+        policy_options = PolicyOptions.from_dict(options.get("policy"))
+        policy, _ = prepare_policy(policy, policy_options)
+        task = chat_formatted(task, tokenizer, policy_options)
+    problems = task.problems(args.split)
+    problems = problems[: args.size] if args.size and args.size > 0 else problems
+    k = args.k if args.k is not None else args.samples
+    settings = KSettings(
+        k, args.temperature, args.top_p, args.max_new_tokens, args.seed, args.batch_size
+    )
+    engine = _engine(args, policy, tokenizer, options.get("engine_options", {}))
+    return evaluate_k(engine, task, problems, settings, args.items)
+
+
+def cmd_eval_k(args: argparse.Namespace) -> int:
+    try:
+        metrics = evaluate_from_args(args)
+    except (ValueError, OSError, ImportError) as err:
+        print(f"rlvr: error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(metrics, indent=1))
+    return 0

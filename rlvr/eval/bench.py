@@ -1,0 +1,130 @@
+"""`rlvr eval --k K`: sample K completions per item of any model on any task and report
+avg@K, pass@k (unbiased, for k = 1, 2, 4, … ≤ K), maj@K, format rate and mean completion
+tokens, each with a 95 % CI over items, and write one JSONL line per item so two models
+can be compared item by item."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.compare.stats import t_interval
+from rlvr.eval.passk import majority_correct, pass_at_k
+from rlvr.rollout import RolloutEngine, SamplingParams
+from rlvr.tasks import Problem, Task
+
+
+@dataclass(frozen=True)
+class KSettings:
+    k: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    seed: int = 0
+    batch_size: int = 64
+    """Prompts per generate call (each with k samples)."""
+
+
+def score_items(
+    engine: RolloutEngine, task: Task, problems: list[Problem], settings: KSettings
+) -> list[dict[str, Any]]:
+    """One record per problem: its k samples with verdicts, and the per-item metrics."""
+    params = SamplingParams(
+        settings.k, settings.temperature, settings.top_p, settings.max_new_tokens
+    )
+    generator = torch.Generator().manual_seed(settings.seed)
+    records = []
+    for at in range(0, len(problems), settings.batch_size):
+        chunk = problems[at : at + settings.batch_size]
+        gen = engine.generate([p.prompt for p in chunk], params, generator)
+        lengths = gen.response_lengths.tolist()
+        samples: list[list[dict[str, Any]]] = [[] for _ in chunk]
+        for row, i in enumerate(gen.prompt_index.tolist()):
+            verdict = task.verify(chunk[i], gen.texts[row])
+            samples[i].append(
+                {
+                    "text": gen.texts[row],
+                    "correct": verdict.correct,
+                    "formatted": verdict.formatted,
+                    "extracted": verdict.extracted,
+                    "reason": verdict.reason,
+                    "tokens": int(lengths[row]),
+                    "truncated": bool(gen.truncated[row]),
+                }
+            )
+        records += [_item_record(p, s, settings.k) for p, s in zip(chunk, samples, strict=True)]
+    return records
+
+
+def _item_record(problem: Problem, samples: list[dict[str, Any]], k: int) -> dict[str, Any]:
+    correct = [s["correct"] for s in samples]
+    return {
+        "uid": problem.uid,
+        "prompt": problem.prompt,
+        "answer": problem.answer,
+        "n": len(samples),
+        "c": sum(correct),
+        "avg": sum(correct) / len(samples),
+        "maj": majority_correct([s["extracted"] for s in samples], correct),
+        "format_rate": sum(s["formatted"] for s in samples) / len(samples),
+        "mean_tokens": sum(s["tokens"] for s in samples) / len(samples),
+        "samples": samples,
+        **{f"pass@{j}": pass_at_k(len(samples), sum(correct), j) for j in pass_ks(k)},
+    }
+
+
+def pass_ks(k: int) -> list[int]:
+    """1, 2, 4, … below k, and k itself."""
+    ks = [1]
+    while ks[-1] * 2 < k:
+        ks.append(ks[-1] * 2)
+    return ks + ([k] if k > 1 else [])
+
+
+def summarise(records: list[dict[str, Any]], k: int) -> dict[str, float]:
+    """Means over items with 95 % CIs: `eval/avg@k`, `eval/pass@j`, `eval/maj@k`,
+    `eval/format_rate`, `eval/mean_tokens`, each with `_ci_low` / `_ci_high`."""
+    if not records:
+        raise ValueError("no eval items: the split is empty (check --data, --split, --size)")
+    columns = {
+        f"avg@{k}": "avg",
+        f"maj@{k}": "maj",
+        "format_rate": "format_rate",
+        "mean_tokens": "mean_tokens",
+        **{f"pass@{j}": f"pass@{j}" for j in pass_ks(k)},
+    }
+    metrics: dict[str, float] = {"eval/items": float(len(records)), "eval/k": float(k)}
+    for name, field in columns.items():
+        interval = t_interval([r[field] for r in records])
+        metrics[f"eval/{name}"] = interval.mean
+        metrics[f"eval/{name}_ci_low"] = interval.low
+        metrics[f"eval/{name}_ci_high"] = interval.high
+    return metrics
+
+
+def write_items(path: str | Path, records: list[dict[str, Any]]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def evaluate_k(
+    engine: RolloutEngine,
+    task: Task,
+    problems: list[Problem],
+    settings: KSettings,
+    items_path: str | Path | None = None,
+) -> dict[str, float]:
+    """Score `problems` with k samples each; metrics with CIs (and the items JSONL)."""
+    started = time.perf_counter()
+    records = score_items(engine, task, problems, settings)
+    if items_path is not None:
+        write_items(items_path, records)
+    return {**summarise(records, settings.k), "time/eval_s": time.perf_counter() - started}

@@ -1,0 +1,189 @@
+"""Preparing a Hugging Face policy for RL: dtype, device, gradient checkpointing, LoRA,
+the reference policy, and chat-template prompts.
+
+`prepare_policy` runs on the model `load_policy` returned. With LoRA the trainer holds
+the adapted model itself (peft injects the adapters in place), only adapter weights
+train, and the reference policy π_ref is the *same* module with its adapters switched
+off (`AdapterDisabledReference`): at step 0 the adapters' B matrices are zero, so π_ref
+is exactly the initial policy, with no second copy of the weights.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from rlvr.models.policy_options import PolicyOptions
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def prepare_policy(model: torch.nn.Module, options: PolicyOptions) -> tuple[torch.nn.Module, dict]:
+    """`model` cast to `options.dtype`, moved to `options.device`, with gradient
+    checkpointing and LoRA adapters as asked. Returns (model in train mode, info)."""
+    model = model.to(device=options.device, dtype=_DTYPES[options.dtype])
+    if options.gradient_checkpointing:
+        # Non-reentrant checkpointing needs no input gradients, so frozen embeddings
+        # (LoRA) still get adapter gradients.
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # the newer transformers name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    info: dict[str, Any] = {"dtype": options.dtype, "device": options.device}
+    if options.lora is not None:
+        model = add_lora(model, options)
+        info["trainable_parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    model.train()
+    return model, info
+
+
+def add_lora(model: torch.nn.Module, options: PolicyOptions) -> torch.nn.Module:
+    """Inject peft LoRA adapters into `model` in place; returns the adapted model (not the
+    PeftModel wrapper, so the trainer's forward pass is unchanged)."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as err:
+        raise ImportError("policy.lora needs peft: pip install 'rlvr[hf]'") from err
+    lora = options.lora
+    config = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    try:
+        peft_model = get_peft_model(model, config)
+    except ValueError as err:
+        raise ValueError(f"policy.lora.target_modules={lora.target_modules!r}: {err}") from err
+    return peft_model.get_base_model()
+
+
+def lora_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The peft adapter layers inside `model` (empty for a plain model or without peft)."""
+    try:
+        from peft.tuners.tuners_utils import BaseTunerLayer
+    except ImportError:
+        return []
+    return [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+
+
+@contextmanager
+def adapters_disabled(model: torch.nn.Module) -> Iterator[None]:
+    """Run `model` as its base model: every adapter off inside the block, back on after."""
+    layers = lora_layers(model)
+    for layer in layers:
+        layer.enable_adapters(False)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.enable_adapters(True)
+
+
+class _DisabledForward:
+    def __init__(self, owner: torch.nn.Module, module: torch.nn.Module) -> None:
+        self.owner, self.module = owner, module
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with adapters_disabled(self.owner):
+            return self.module(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.module, name)
+
+
+class AdapterDisabledReference:
+    """π_ref as a view of a LoRA policy with its adapters off; quacks like the model for
+    `response_logprobs` (base_model, get_output_embeddings, parameters, config)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    @property
+    def base_model(self) -> _DisabledForward:
+        return _DisabledForward(self.model, self.model.base_model)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _DisabledForward(self.model, self.model)(*args, **kwargs)
+
+    def eval(self) -> AdapterDisabledReference:
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+
+def reference_policy(model: torch.nn.Module) -> Any:
+    """π_ref: the adapter-disabled view of a LoRA policy, else a frozen deep copy."""
+    if lora_layers(model):
+        return AdapterDisabledReference(model)
+    ref = copy.deepcopy(model).eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The policy's weights with LoRA merged in (W + (α/r)·B·A) under the base model's key
+    names, without copying the model: what a checkpoint or an inference engine needs."""
+    adapted = set(lora_layers(model))
+    layers = {name: m for name, m in model.named_modules() if m in adapted}
+    state = {}
+    for key, value in model.state_dict().items():
+        if ".lora_" in key:
+            continue
+        state[key.replace(".base_layer.", ".")] = value
+    for name, layer in layers.items():
+        adapters = [a for a in layer.active_adapters if a in getattr(layer, "lora_A", {})]
+        if layer.disable_adapters or not adapters:
+            continue
+        weight = state[f"{name}.weight"]
+        delta = sum(layer.get_delta_weight(a) for a in adapters)
+        state[f"{name}.weight"] = (weight.float() + delta.float()).to(weight.dtype)
+    return state
+
+
+def save_kwargs(model: torch.nn.Module) -> dict[str, Any]:
+    """Extra `save_pretrained` arguments: a LoRA policy is saved merged, loadable as is."""
+    return {"state_dict": merged_state_dict(model)} if lora_layers(model) else {}
+
+
+def chat_prompt(tokenizer: Any, prompt: str, options: PolicyOptions) -> str:
+    """`prompt` as a user turn (after an optional system turn) rendered by the tokenizer's
+    chat template, ending with the assistant's generation prompt."""
+    hf = getattr(tokenizer, "hf_tokenizer", None)
+    if hf is None or not getattr(hf, "chat_template", None):
+        raise ValueError(
+            "policy.chat_template is true but the tokenizer has no chat template; "
+            "set policy.chat_template: false or use an instruct model's tokenizer"
+        )
+    messages = [{"role": "user", "content": prompt}]
+    if options.system_prompt:
+        messages.insert(0, {"role": "system", "content": options.system_prompt})
+    extra = {}
+    if options.enable_thinking is not None and "enable_thinking" in str(hf.chat_template):
+        extra["enable_thinking"] = options.enable_thinking
+    return hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
+
+
+def chat_formatted(task: Any, tokenizer: Any, options: PolicyOptions) -> Any:
+    """`task` whose problems' prompts are rendered with the chat template (same task
+    object, so reward functions and verifiers are untouched)."""
+    if not options.chat_template:
+        return task
+    original = task.problems
+
+    def problems(split: str) -> list:
+        return [
+            replace(p, prompt=chat_prompt(tokenizer, p.prompt, options)) for p in original(split)
+        ]
+
+    task.problems = problems
+    return task

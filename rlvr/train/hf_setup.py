@@ -1,0 +1,50 @@
+"""What a run adds around a Hugging Face policy: policy options, chat prompts, rewards,
+and the rollout engine. The training loop calls these; it stays model-agnostic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlvr.models.hf_policy import chat_formatted, prepare_policy
+from rlvr.models.policy_options import PolicyOptions
+from rlvr.rewards import attach_rewards, parse_reward_funcs
+
+ENGINES = ("hf", "vllm")
+
+
+def check_options(cfg: Any) -> None:
+    """Validate the HF-policy, reward and engine fields of a TrainConfig (no heavy imports)."""
+    PolicyOptions.from_dict(cfg.policy)
+    parse_reward_funcs(cfg.reward_funcs)
+    if cfg.rollout_engine not in ENGINES:
+        raise ValueError(
+            f"rollout_engine must be one of {', '.join(ENGINES)}, got {cfg.rollout_engine!r}"
+        )
+    if cfg.model == "embedded" and cfg.policy:
+        raise ValueError(
+            f"policy options {sorted(cfg.policy)} apply to Hugging Face models, not model='embedded'"
+        )
+
+
+def prepare_components(
+    cfg: Any, model: Any, tokenizer: Any, task: Any, info: dict
+) -> tuple[Any, Any]:
+    """The policy with its options applied, and the task with chat prompts and rewards."""
+    if cfg.model != "embedded":
+        options = PolicyOptions.from_dict(cfg.policy)
+        model, extra = prepare_policy(model, options)
+        info.update(extra)
+        task = chat_formatted(task, tokenizer, options)
+    attach_rewards(task, cfg.reward_funcs)
+    return model, task
+
+
+def make_engine(cfg: Any, model: Any, tokenizer: Any, fp32_head: bool) -> Any:
+    """The rollout engine `cfg.rollout_engine` names; vLLM is imported only when chosen."""
+    if cfg.rollout_engine == "vllm":
+        from rlvr.rollout.vllm_engine import VLLMEngine
+
+        return VLLMEngine.create(model, tokenizer, **cfg.engine_options)
+    from rlvr.rollout import HFEngine
+
+    return HFEngine(model, tokenizer, fp32_head=fp32_head)

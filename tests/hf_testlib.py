@@ -1,0 +1,82 @@
+"""A tiny randomly initialised Qwen2 and a real Hugging Face tokenizer (byte-level BPE
+with a chat template), built and saved to a directory, plus small benchmark-format data
+files: everything the HF-policy tests need, on CPU, in about a second."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
+    "{% endif %}{% endif %}"
+)
+SPECIAL = ["<|pad|>", "<|im_end|>", "<|im_start|>"]
+
+
+def gsm8k_rows(n: int) -> list[dict]:
+    return [
+        {
+            "question": f"Tom has {i} apples and buys {i} more. How many apples?",
+            "answer": f"{i}+{i}={2 * i}\n#### {2 * i}",
+        }
+        for i in range(1, n + 1)
+    ]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def build_tokenizer(texts: list[str]):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    core.train_from_iterator(texts, trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|pad|>"
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_hf_model(directory: Path, seed: int = 0) -> Path:
+    """Save a random 2-layer Qwen2 and its tokenizer to `directory`; returns it."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    texts = [r["question"] + " " + r["answer"] for r in gsm8k_rows(50)]
+    texts += ["Please reason step by step, and put your final answer within \\boxed{}."] * 5
+    tokenizer = build_tokenizer(texts)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory

@@ -1,0 +1,57 @@
+"""A fake vLLM backend for CPU tests: its own copy of the weights (loaded only through
+`load_weights`, as vLLM's are), sampling with the HF engine, and a log of every call."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from rlvr.models.hf_policy import merged_state_dict
+from rlvr.rollout import HFEngine, SamplingParams
+from rlvr.rollout.vllm_engine import Sample
+
+
+class FakeBackend:
+    def __init__(self, model, **options):
+        self.options = options
+        self.calls: list = []
+        self.inference = AutoModelForCausalLM.from_config(model.config)
+        self.inference.load_state_dict(merged_state_dict(model))
+        ids = SimpleNamespace(
+            pad_token_id=model.config.pad_token_id,
+            eos_token_id=model.config.eos_token_id,
+            decode=lambda ids, skip_special=True: "",  # the engine decodes, not the backend
+        )
+        self.sampler = HFEngine(self.inference, ids)
+
+    def generate(self, prompt_ids, n, temperature, top_p, max_tokens, seed):
+        self.calls.append("generate")
+        params = SamplingParams(n, temperature, top_p, max_tokens)
+        gen = self.sampler.generate_ids(prompt_ids, params, torch.Generator().manual_seed(seed))
+        groups = [[] for _ in prompt_ids]
+        for row, i in enumerate(gen.prompt_index.tolist()):
+            length = int(gen.response_lengths[row])
+            groups[i].append(
+                Sample(
+                    gen.response_ids[row, :length].tolist(),
+                    gen.sampler_logprobs[row, :length].tolist(),
+                    not bool(gen.truncated[row]),
+                )
+            )
+        return groups
+
+    def load_weights(self, weights):
+        self.calls.append("load_weights")
+        self.inference.load_state_dict(dict(weights))
+
+    def sleep(self):
+        self.calls.append("sleep")
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up", tags))
+
+
+def make_fake(model, **options):
+    return FakeBackend(model, **options)
