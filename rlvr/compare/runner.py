@@ -1,8 +1,9 @@
 """Run the cells of a matrix through the one training loop: resumable and parallel.
 
 A cell is finished iff `summary.json` exists in its directory (`run_training` writes it
-last); an unfinished cell directory is left over from an interruption and is wiped before
-the cell runs again. Finished cells are never redone. With `jobs > 1` cells run in
+last); an unfinished cell left over from an interruption resumes from its newest good
+checkpoint (or starts again if it has none or its config changed). Finished cells are
+never redone. Every invocation, completed or not, is appended to `invocations.jsonl`. With `jobs > 1` cells run in
 spawned worker processes, each with `cores // jobs` torch threads.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -41,13 +41,28 @@ def is_finished(cell: Cell) -> bool:
 
 
 def run_cell(config: dict[str, Any]) -> dict[str, Any]:
-    """Train one cell from its config dict (picklable, so it crosses process boundaries)."""
+    """Train one cell from its config dict (picklable, so it crosses process boundaries);
+    a killed cell continues from its checkpoint."""
     from rlvr.train import resolve_config, run_training
 
-    out = Path(config["out"])
-    if out.exists():
-        shutil.rmtree(out)  # a partial run: its summary.json is missing
-    return run_training(resolve_config(config))
+    cfg = resolve_config(config)
+    return run_training(cfg, cell_mode(cfg))
+
+
+def cell_mode(cfg) -> str:
+    """'resume' for a partial run with a good checkpoint and the same config, else
+    'overwrite' (nothing there, or nothing usable)."""
+    from rlvr.train.checkpoint import find_resumable
+    from rlvr.train.run import check_same_run
+
+    out = Path(cfg.out)
+    if not (out / "config.yaml").is_file() or find_resumable(out) is None:
+        return "overwrite"
+    try:
+        check_same_run(out, cfg)
+    except ValueError:
+        return "overwrite"
+    return "resume"
 
 
 def _init_worker(threads: int) -> None:
@@ -81,6 +96,7 @@ def run_matrix(
     out_dir: str | Path,
     jobs: int = 1,
     log: Callable[[str], None] | None = None,
+    argv: list[str] | None = None,
 ) -> MatrixRun:
     """Run every unfinished cell of `spec` under `out_dir`; returns what ran and failed."""
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
@@ -95,19 +111,35 @@ def run_matrix(
     result.skipped = [c.name for c in cells if is_finished(c)]
     log(f"matrix: {len(cells)} cells, {len(result.skipped)} finished, {len(pending)} to run")
     started = time.perf_counter()
-    if jobs == 1 or len(pending) <= 1:
-        _run_serial(pending, result, log)
-    else:
-        _run_parallel(pending, jobs, result, log)
-    result.seconds = time.perf_counter() - started
-    _record_invocation(Path(out_dir), jobs, result)
+    status = "completed"
+    try:
+        if jobs == 1 or len(pending) <= 1:
+            _run_serial(pending, result, log)
+        else:
+            _run_parallel(pending, jobs, result, log)
+    except BaseException as err:
+        status = "interrupted" if _is_interruption(err) else "error"
+        raise
+    finally:  # killed invocations are recorded too
+        result.seconds = time.perf_counter() - started
+        _record_invocation(Path(out_dir), jobs, result, status, argv)
     return result
 
 
-def _record_invocation(out_dir: Path, jobs: int, result: MatrixRun) -> None:
+def _is_interruption(err: BaseException) -> bool:
+    from rlvr.train.run import RunInterrupted
+
+    return isinstance(err, KeyboardInterrupt | RunInterrupted)
+
+
+def _record_invocation(
+    out_dir: Path, jobs: int, result: MatrixRun, status: str, argv: list[str] | None
+) -> None:
     """Append what this invocation did to DIR/invocations.jsonl (the report sums them)."""
     record = {
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "status": status,
+        "argv": argv if argv is not None else sys.argv[1:],
         "jobs": jobs,
         "ran": result.ran,
         "failed": sorted(result.failed),
@@ -126,9 +158,13 @@ def _done(cell: Cell, summary: dict[str, Any], result: MatrixRun, log, total: in
 
 
 def _run_serial(pending: list[Cell], result: MatrixRun, log) -> None:
+    from rlvr.train.run import RunInterrupted
+
     for cell in pending:
         try:
             summary = run_cell(cell.config)
+        except RunInterrupted:
+            raise  # the whole invocation stops; the cell resumes next time
         except Exception as err:  # one failed cell must not lose the others
             result.failed[cell.name] = f"{type(err).__name__}: {err}"
             log(f"cell {cell.name} failed: {result.failed[cell.name]}")
@@ -137,6 +173,8 @@ def _run_serial(pending: list[Cell], result: MatrixRun, log) -> None:
 
 
 def _run_parallel(pending: list[Cell], jobs: int, result: MatrixRun, log) -> None:
+    from rlvr.train.run import RunInterrupted
+
     threads = max(1, (os.cpu_count() or 1) // jobs)
     with ProcessPoolExecutor(
         max_workers=jobs,
@@ -149,6 +187,8 @@ def _run_parallel(pending: list[Cell], jobs: int, result: MatrixRun, log) -> Non
             cell = futures[future]
             try:
                 summary = future.result()
+            except RunInterrupted:
+                raise
             except Exception as err:
                 result.failed[cell.name] = f"{type(err).__name__}: {err}"
                 log(f"cell {cell.name} failed: {result.failed[cell.name]}")
