@@ -150,7 +150,9 @@ def _train(cfg, mode: str) -> int:
         print(f"rlvr: {err}; resume with: {resume}", file=sys.stderr)
         return 130
     except KeyboardInterrupt:  # before the run's own handlers were installed
-        print("rlvr: interrupted before the first step; nothing to resume", file=sys.stderr)
+        started = (Path(cfg.out) / "config.yaml").is_file()
+        hint = f"; resume with: {resume}" if started else ""
+        print(f"rlvr: interrupted before training started{hint}", file=sys.stderr)
         return 130
     except RunDiverged as err:
         print(f"rlvr: error: {err}", file=sys.stderr)

@@ -60,6 +60,9 @@ class RunInterrupted(Exception):
         where = f"checkpoint saved to {checkpoint}" if checkpoint else "no checkpoint yet"
         super().__init__(f"interrupted after step {step}; {where}")
 
+    def __reduce__(self):  # crosses process boundaries in `rlvr compare --jobs N`
+        return (RunInterrupted, (self.out, self.step, self.checkpoint))
+
 
 class RunDiverged(Exception):
     """Non-finite losses, gradients or weights: the run stopped; the message says where
@@ -103,7 +106,8 @@ def run_training(cfg: TrainConfig, mode: str = "new") -> dict[str, Any]:
             )
     trainer = Trainer(cfg)  # validates the task, model and recipe: nothing written yet
     state = _restore(trainer, checkpoint) if checkpoint else None
-    if state is not None and _finished(cfg, state):
+    finished = state is not None and _finished(cfg, state)
+    if finished and (out / "summary.json").exists():
         raise ValueError(
             f"--resume {out}: the run already finished at step {state['step']} "
             f"(steps={cfg.steps}); raise --steps to continue it"
@@ -114,7 +118,8 @@ def run_training(cfg: TrainConfig, mode: str = "new") -> dict[str, Any]:
     for stale in ("summary.json", "summary.partial.json"):  # rewritten when it ends
         (out / stale).unlink(missing_ok=True)
     _write_atomic(out / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    return _Run(trainer, out, state).execute()
+    run = _Run(trainer, out, state)
+    return run.complete() if finished else run.execute()  # killed just before summary.json
 
 
 def check_same_run(out: Path, cfg: TrainConfig) -> None:
@@ -245,6 +250,12 @@ class _Run:
                 raise
             finally:
                 self.logger.close()
+        return self.complete(summary)
+
+    def complete(self, summary: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Curves and summary.json of a finished run."""
+        self.logger.close()
+        summary = summary or self._summary("finished")
         self._plot()
         _write_atomic(self.out / "summary.json", json.dumps(summary, indent=2))
         return summary
