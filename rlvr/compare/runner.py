@@ -102,8 +102,8 @@ def run_matrix(
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer ≥ 1, got {jobs!r}")
+    cells = spec.cells(out_dir)  # validates every cell's config before anything is written
     save_spec(spec, out_dir)
-    cells = spec.cells(out_dir)
     result = MatrixRun(stale=stale_cells(cells))
     for name in result.stale:
         log(f"warning: finished cell {name} was run with a different config; kept as is")
@@ -111,6 +111,8 @@ def run_matrix(
     result.skipped = [c.name for c in cells if is_finished(c)]
     log(f"matrix: {len(cells)} cells, {len(result.skipped)} finished, {len(pending)} to run")
     started = time.perf_counter()
+    record = _Invocation(Path(out_dir), jobs, argv)
+    record.write(result, "running", 0.0)  # stays "running" if the process is killed
     status = "completed"
     try:
         if jobs == 1 or len(pending) <= 1:
@@ -120,9 +122,9 @@ def run_matrix(
     except BaseException as err:
         status = "interrupted" if _is_interruption(err) else "error"
         raise
-    finally:  # killed invocations are recorded too
+    finally:
         result.seconds = time.perf_counter() - started
-        _record_invocation(Path(out_dir), jobs, result, status, argv)
+        record.write(result, status, result.seconds)
     return result
 
 
@@ -132,22 +134,36 @@ def _is_interruption(err: BaseException) -> bool:
     return isinstance(err, KeyboardInterrupt | RunInterrupted)
 
 
-def _record_invocation(
-    out_dir: Path, jobs: int, result: MatrixRun, status: str, argv: list[str] | None
-) -> None:
-    """Append what this invocation did to DIR/invocations.jsonl (the report sums them)."""
-    record = {
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "status": status,
-        "argv": argv if argv is not None else sys.argv[1:],
-        "jobs": jobs,
-        "ran": result.ran,
-        "failed": sorted(result.failed),
-        "skipped": len(result.skipped),
-        "seconds": round(result.seconds, 1),
-    }
-    with (out_dir / "invocations.jsonl").open("a") as fh:
-        fh.write(json.dumps(record) + "\n")
+class _Invocation:
+    """This invocation's line in DIR/invocations.jsonl (the report sums them): written
+    when it starts, as "running", and rewritten in place with its outcome ("completed",
+    "interrupted", "error"); a SIGKILLed invocation keeps "running"."""
+
+    def __init__(self, out_dir: Path, jobs: int, argv: list[str] | None) -> None:
+        self.path = out_dir / "invocations.jsonl"
+        self.id = f"{os.getpid()}-{time.time_ns()}"
+        self.jobs = jobs
+        self.argv = list(argv) if argv is not None else sys.argv[1:]
+        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+    def write(self, result: MatrixRun, status: str, seconds: float) -> None:
+        record = {
+            "id": self.id,
+            "started_at": self.started_at,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "status": status,
+            "argv": self.argv,
+            "jobs": self.jobs,
+            "ran": result.ran,
+            "failed": sorted(result.failed),
+            "skipped": len(result.skipped),
+            "seconds": round(seconds, 1),
+        }
+        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        lines = [ln for ln in lines if ln.strip() and json.loads(ln).get("id") != self.id]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(f"{line}\n" for line in [*lines, json.dumps(record)]))
+        os.replace(tmp, self.path)
 
 
 def _done(cell: Cell, summary: dict[str, Any], result: MatrixRun, log, total: int) -> None:

@@ -87,14 +87,18 @@ def test_read_only_out_is_one_line(tmp_path, capsys):
 
 
 def test_interrupted_compare_exits_130_and_is_recorded(tmp_path, monkeypatch, capsys):
+    seen = []
+
     def interrupted(config):
+        seen.extend(_invocations(out))  # recorded before any cell runs: survives SIGKILL
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "run_cell", interrupted)
     out = tmp_path / "cmp"
+    monkeypatch.setattr(runner, "run_cell", interrupted)
     argv = ["compare", "--out", str(out), "--recipes", "grpo", "--steps", "1"]
     assert main(argv) == 130
     err = capsys.readouterr().err
     assert f"resume with: rlvr compare --out {out}" in err and "Traceback" not in err
     (record,) = _invocations(out)
     assert record["status"] == "interrupted" and record["argv"] == argv
+    assert [r["status"] for r in seen] == ["running"] and seen[0]["id"] == record["id"]
