@@ -9,6 +9,7 @@ Layout of a run directory:
     checkpoint/              the newest good checkpoint (what `rlvr eval --model` reads)
     checkpoint.step-000010/  older good ones, `keep` in all counting the newest
     checkpoint.crash/        the state at a crash or divergence: never resumed from
+    checkpoint.unusable-0/   one that failed its checksum, set aside when a run resumed
 
 Every checkpoint carries `manifest.json` (its step and the sha256 of every file), written
 last: a checkpoint without a manifest, or whose files do not match it, is partial or
@@ -105,6 +106,20 @@ def find_resumable(run_dir: Path) -> Path | None:
             stacklevel=2,
         )
     return None
+
+
+def set_aside_unusable(run_dir: Path) -> list[Path]:
+    """Rename every good-looking checkpoint that fails its manifest check to
+    `checkpoint.unusable-N/`, so rotation never keeps it as a fallback. Returns the new
+    paths (kept for a post-mortem)."""
+    moved = []
+    for path in [Path(run_dir) / LATEST, *_older(Path(run_dir))]:
+        if path.is_dir() and verify_checkpoint(path) is not None:
+            index = len(list(Path(run_dir).glob(f"{LATEST}.unusable-*")))
+            target = path.with_name(f"{LATEST}.unusable-{index}")
+            os.replace(path, target)
+            moved.append(target)
+    return moved
 
 
 def verify_checkpoint(path: Path) -> str | None:

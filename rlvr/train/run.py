@@ -12,9 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import sys
-import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -31,6 +29,7 @@ from rlvr.train.checkpoint import (
     load_trainer_state,
     save_crash,
     save_rotating,
+    set_aside_unusable,
 )
 from rlvr.train.config import TrainConfig, load_yaml, resolve_config
 from rlvr.train.logger import MetricsLogger
@@ -38,6 +37,7 @@ from rlvr.train.loop import Trainer
 from rlvr.train.plots import plot_run
 from rlvr.train.progress import progress_bar
 from rlvr.train.run_dir import check_out_dir, clear_run
+from rlvr.train.stop import RunDiverged, RunInterrupted, StopRequest
 
 # Config fields a resumed run may change: budgets, checkpointing and display.
 RESUMABLE_CHANGES = {
@@ -50,23 +50,6 @@ RESUMABLE_CHANGES = {
     "keep_checkpoints",
     "max_nonfinite_steps",
 }
-
-
-class RunInterrupted(Exception):
-    """SIGINT/SIGTERM stopped the run; `checkpoint` (or None) is where to resume from."""
-
-    def __init__(self, out: Path, step: int, checkpoint: Path | None) -> None:
-        self.out, self.step, self.checkpoint = out, step, checkpoint
-        where = f"checkpoint saved to {checkpoint}" if checkpoint else "no checkpoint yet"
-        super().__init__(f"interrupted after step {step}; {where}")
-
-    def __reduce__(self):  # crosses process boundaries in `rlvr compare --jobs N`
-        return (RunInterrupted, (self.out, self.step, self.checkpoint))
-
-
-class RunDiverged(Exception):
-    """Non-finite losses, gradients or weights: the run stopped; the message says where
-    the last good checkpoint is."""
 
 
 @dataclass
@@ -114,6 +97,8 @@ def run_training(cfg: TrainConfig, mode: str = "new") -> dict[str, Any]:
         )
     if mode == "overwrite" or (mode == "resume" and state is None):
         clear_run(out)
+    if mode == "resume":
+        set_aside_unusable(out)
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("summary.json", "summary.partial.json"):  # rewritten when it ends
         (out / stale).unlink(missing_ok=True)
@@ -180,36 +165,6 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-class _StopRequest:
-    """SIGINT/SIGTERM set `requested`; the run stops after the current step. A second
-    signal abandons the step (KeyboardInterrupt)."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _StopRequest:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        print(
-            f"rlvr: {signal.Signals(signum).name} received: finishing the step, then "
-            f"checkpointing (signal again to abandon the step)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
 class _Diverged(Exception):
     def __init__(self, step: int, reason: str) -> None:
         self.step, self.reason = step, reason
@@ -232,7 +187,7 @@ class _Run:
         self.resumed = state is not None
 
     def execute(self) -> dict[str, Any]:
-        with _StopRequest() as stop:
+        with StopRequest() as stop:
             try:
                 summary = self._loop(stop)
             except _Diverged as err:
@@ -260,7 +215,7 @@ class _Run:
         _write_atomic(self.out / "summary.json", json.dumps(summary, indent=2))
         return summary
 
-    def _loop(self, stop: _StopRequest) -> dict[str, Any]:
+    def _loop(self, stop: StopRequest) -> dict[str, Any]:
         trainer, cfg = self.trainer, self.cfg
         if not self.resumed:
             self._start()

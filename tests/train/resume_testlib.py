@@ -85,3 +85,4 @@ def without_time(out: Path) -> list[dict]:
 
 SIGKILL = signal.SIGKILL
 SIGINT = signal.SIGINT
+SIGTERM = signal.SIGTERM

@@ -9,6 +9,7 @@ import torch
 from resume_testlib import (
     SIGINT,
     SIGKILL,
+    SIGTERM,
     SMALL_ARGS,
     run,
     start_and_signal,
@@ -16,6 +17,8 @@ from resume_testlib import (
     weights,
     without_time,
 )
+
+from rlvr.train.checkpoint import load_trainer_state
 
 STEPS = 5
 
@@ -67,3 +70,14 @@ def test_sigint_exits_130_with_a_resume_line_and_resumes(reference, tmp_path):
     resumed = run("--resume", str(out))
     assert resumed.returncode == 0, resumed.stderr
     assert without_time(out) == without_time(reference("grpo"))
+
+
+def test_sigterm_checkpoints_the_finished_step_and_exits_130(tmp_path):
+    out = tmp_path / "run"
+    args = ["--steps", "50", "--out", str(out), *SMALL_ARGS, "--set", "save_every=0"]
+    stopped = start_and_signal(args, out, 1, SIGTERM)
+    assert stopped.returncode == 130, stopped.stderr_text
+    assert "resume with: rlvr train --resume" in stopped.stderr_text
+    logged = max(steps_logged(out))
+    assert 1 <= logged < 50
+    assert load_trainer_state(out / "checkpoint")["step"] == logged  # saved on the signal

@@ -39,6 +39,9 @@ def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(small_config
     again = weights(out / "checkpoint")
     assert all(torch.equal(final[k], again[k]) for k in final)
     assert load_trainer_state(out / "checkpoint")["step"] == 3
+    names = sorted(p.name for p in out.glob("checkpoint*"))
+    assert names == ["checkpoint", "checkpoint.step-000002", "checkpoint.unusable-0"]
+    assert verify_checkpoint(out / "checkpoint.unusable-0") is not None  # never a fallback
 
 
 def test_crash_in_minibatch_2_keeps_the_good_checkpoint(small_config, tmp_path, monkeypatch):
