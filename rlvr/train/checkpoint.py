@@ -33,6 +33,7 @@ from rlvr.models.warmstart import quiet_transformers
 
 LATEST = "checkpoint"
 CRASH = "checkpoint.crash"
+UNUSABLE = "checkpoint.unusable-"
 MANIFEST = "manifest.json"
 _OLDER = re.compile(r"^checkpoint\.step-(\d+)$")
 
@@ -102,7 +103,7 @@ def find_resumable(run_dir: Path) -> Path | None:
         if problem is None:
             return path
         warnings.warn(
-            f"checkpoint {path} is unusable ({problem}); falling back to the previous one",
+            f"checkpoint {path} is unusable ({problem}); falling back to an older one if any",
             stacklevel=2,
         )
     return None
@@ -115,8 +116,8 @@ def set_aside_unusable(run_dir: Path) -> list[Path]:
     moved = []
     for path in [Path(run_dir) / LATEST, *_older(Path(run_dir))]:
         if path.is_dir() and verify_checkpoint(path) is not None:
-            index = len(list(Path(run_dir).glob(f"{LATEST}.unusable-*")))
-            target = path.with_name(f"{LATEST}.unusable-{index}")
+            index = len(list(Path(run_dir).glob(f"{UNUSABLE}*")))
+            target = path.with_name(f"{UNUSABLE}{index}")
             os.replace(path, target)
             moved.append(target)
     return moved

@@ -24,6 +24,7 @@ import yaml
 
 from rlvr.train.checkpoint import (
     CRASH,
+    UNUSABLE,
     checkpoint_step,
     find_resumable,
     load_trainer_state,
@@ -95,10 +96,12 @@ def run_training(cfg: TrainConfig, mode: str = "new") -> dict[str, Any]:
             f"--resume {out}: the run already finished at step {state['step']} "
             f"(steps={cfg.steps}); raise --steps to continue it"
         )
-    if mode == "overwrite" or (mode == "resume" and state is None):
-        clear_run(out)
     if mode == "resume":
-        set_aside_unusable(out)
+        set_aside_unusable(out)  # kept for a post-mortem, never resumed from
+    if mode == "overwrite":
+        clear_run(out)
+    elif mode == "resume" and state is None:
+        clear_run(out, keep=UNUSABLE)
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("summary.json", "summary.partial.json"):  # rewritten when it ends
         (out / stale).unlink(missing_ok=True)

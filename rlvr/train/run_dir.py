@@ -70,9 +70,12 @@ def _check_writable(path: Path) -> None:
         raise ValueError(f"out={str(path)!r} is not writable ({probe} is not)")
 
 
-def clear_run(path: Path) -> None:
-    """Remove the files of the run in `path` (nothing else there is touched)."""
+def clear_run(path: Path, keep: str | None = None) -> None:
+    """Remove the files of the run in `path` but those named `keep...` (nothing else
+    there is touched)."""
     for item in run_files(path):
+        if keep and item.name.startswith(keep):
+            continue
         if item.is_dir() and not item.is_symlink():
             shutil.rmtree(item)
         else:

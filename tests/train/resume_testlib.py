@@ -22,7 +22,7 @@ SMALL_ARGS = [
     "--set", "eval_every=2",
     "--set", "task_options.digits=2",
     "--set", "task_options.ops=+",
-    "--set", "save_every=1",
+    "--set", "save_every=2",  # a kill can land between checkpoints
     "--no-progress",
 ]  # fmt: skip
 

@@ -94,3 +94,25 @@ def test_nan_loss_skips_the_update_then_stops_as_diverged(small_config, tmp_path
 
     initial = Trainer(cfg).model.state_dict()
     assert all(torch.equal(initial[k], saved[k]) for k in saved)
+
+
+def test_resume_without_a_good_checkpoint_starts_again_and_keeps_the_bad_one(
+    small_config, tmp_path
+):
+    cfg = small_config(steps=2, save_every=0, keep_checkpoints=1)
+    run_training(cfg)
+    out = tmp_path / "run"
+    first = [
+        {k: v for k, v in r.items() if "time/" not in k}
+        for r in read_metrics(out / "metrics.jsonl")
+    ]
+    (out / "summary.json").unlink()  # as if killed before the end
+    (out / "checkpoint" / "manifest.json").unlink()  # as if killed while writing it
+    with pytest.warns(UserWarning, match="no good checkpoint; starting the run again"):
+        run_training(cfg, mode="resume")
+    again = [
+        {k: v for k, v in r.items() if "time/" not in k}
+        for r in read_metrics(out / "metrics.jsonl")
+    ]
+    assert again == first  # one run from step 0, nothing appended twice
+    assert (out / "checkpoint.unusable-0" / "trainer_state.pt").exists()
