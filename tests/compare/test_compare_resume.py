@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 
 import pytest
 from compare_testlib import TINY, tiny_spec
+from process_testlib import env, rlvr_command, start_and_signal, steps_logged
 
 import rlvr.compare.runner as runner
 from rlvr.cli import main
@@ -16,6 +19,11 @@ from rlvr.train.loop import Trainer
 from rlvr.train.run import RunInterrupted
 
 QUIET = {"log": lambda message: None}
+SMALL_SETS = [f"--set={k}={v}" for k, v in TINY.items() if k != "task_options"] + [
+    "--set=task_options.digits=2",
+    "--set=task_options.ops=+",
+    "--set=save_every=2",
+]
 
 
 def _invocations(out):
@@ -102,3 +110,21 @@ def test_interrupted_compare_exits_130_and_is_recorded(tmp_path, monkeypatch, ca
     (record,) = _invocations(out)
     assert record["status"] == "interrupted" and record["argv"] == argv
     assert [r["status"] for r in seen] == ["running"] and seen[0]["id"] == record["id"]
+
+
+def test_ctrl_c_in_compare_exits_130_and_the_rerun_resumes_the_cell(tmp_path):
+    out = tmp_path / "cmp"
+    args = ["--recipes", "grpo", "--steps", "5", "--out", str(out), *SMALL_SETS]
+    cell = out / "cells" / "grpo-seed0"
+    stopped = start_and_signal(rlvr_command("compare", *args), cell, 2, signal.SIGINT)
+    assert stopped.returncode == 130, stopped.stderr_text
+    assert "Traceback" not in stopped.stderr_text
+    assert f"resume with: rlvr compare --out {out}" in stopped.stderr_text.splitlines()[-1]
+    kept = (cell / "metrics.jsonl").read_text().splitlines()
+    done = subprocess.run(
+        rlvr_command("compare", "--out", str(out)), env=env(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    after = (cell / "metrics.jsonl").read_text().splitlines()
+    assert after[: len(kept)] == kept and steps_logged(cell) == [0, 1, 2, 3, 4, 5]
+    assert [r["status"] for r in _invocations(out)] == ["interrupted", "completed"]

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import torch
+from process_testlib import env, rlvr_command, steps_logged
+from process_testlib import start_and_signal as start_signalled
 from safetensors.torch import load_file
 
-ROOT = Path(__file__).resolve().parents[2]
+__all__ = ["env", "steps_logged"]
 SMALL_ARGS = [
     "--set", "prompts_per_step=4",
     "--set", "group_size=4",
@@ -28,11 +26,7 @@ SMALL_ARGS = [
 
 
 def train_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "rlvr.cli", "train", *args]
-
-
-def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return rlvr_command("train", *args)
 
 
 def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -41,33 +35,9 @@ def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     )
 
 
-def steps_logged(out: Path) -> list[int]:
-    path = out / "metrics.jsonl"
-    if not path.exists():
-        return []
-    steps = []
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(ValueError):  # a line being written
-            steps.append(json.loads(line)["step"])
-    return steps
-
-
 def start_and_signal(args: list[str], out: Path, at_step: int, sig: int):
-    """Start `rlvr train`, send `sig` once step `at_step` is logged; returns the process
-    after it exited."""
-    proc = subprocess.Popen(
-        train_command(*args), env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.monotonic() + 600
-    while max(steps_logged(out), default=-99) < at_step:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    if proc.poll() is None:
-        proc.send_signal(sig)
-    stdout, stderr = proc.communicate(timeout=600)
-    proc.stdout_text, proc.stderr_text = stdout, stderr
-    return proc
+    """Start `rlvr train ARGS`, send `sig` once step `at_step` is logged."""
+    return start_signalled(train_command(*args), out, at_step, sig)
 
 
 def weights(directory: Path) -> dict[str, torch.Tensor]:
