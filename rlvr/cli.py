@@ -179,6 +179,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if not args.out.strip():
         return _fail("--out must name the comparison directory, got an empty string")
+    _sigterm_interrupts()
     out = Path(args.out)
     try:
         matrix = load_yaml(args.matrix) if args.matrix else None
@@ -221,6 +222,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"rlvr: warning: {warning}", file=sys.stderr)
     print(f"wrote {report.path}, {out / 'results.csv'} and {len(report.plots)} plots")
     return 1 if run is not None and run.failed else 0
+
+
+def _sigterm_interrupts() -> None:
+    """SIGTERM stops `rlvr compare` as Ctrl-C does (checkpoint, record, exit 130)."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def cmd_evalsize(args: argparse.Namespace) -> int:

@@ -9,8 +9,10 @@ spawned worker processes, each with `cores // jobs` torch threads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -189,8 +191,6 @@ def _run_serial(pending: list[Cell], result: MatrixRun, log) -> None:
 
 
 def _run_parallel(pending: list[Cell], jobs: int, result: MatrixRun, log) -> None:
-    from rlvr.train.run import RunInterrupted
-
     threads = max(1, (os.cpu_count() or 1) // jobs)
     with ProcessPoolExecutor(
         max_workers=jobs,
@@ -199,14 +199,35 @@ def _run_parallel(pending: list[Cell], jobs: int, result: MatrixRun, log) -> Non
         initargs=(threads,),
     ) as pool:
         futures = {pool.submit(run_cell, cell.config): cell for cell in pending}
-        for future in as_completed(futures):
-            cell = futures[future]
-            try:
-                summary = future.result()
-            except RunInterrupted:
-                raise
-            except Exception as err:
-                result.failed[cell.name] = f"{type(err).__name__}: {err}"
-                log(f"cell {cell.name} failed: {result.failed[cell.name]}")
-                continue
-            _done(cell, summary, result, log, len(pending))
+        try:
+            _collect(futures, result, log, len(pending))
+        except BaseException as err:
+            if _is_interruption(err):
+                _stop_workers(pool)
+            raise
+
+
+def _collect(futures, result: MatrixRun, log, total: int) -> None:
+    from rlvr.train.run import RunInterrupted
+
+    for future in as_completed(futures):
+        cell = futures[future]
+        try:
+            summary = future.result()
+        except RunInterrupted:
+            raise
+        except Exception as err:
+            result.failed[cell.name] = f"{type(err).__name__}: {err}"
+            log(f"cell {cell.name} failed: {result.failed[cell.name]}")
+            continue
+        _done(cell, summary, result, log, total)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Start no more cells; ask the running ones to finish their step and checkpoint (a
+    signal sent to this process alone, e.g. SIGTERM, does not reach the workers)."""
+    for process in list((pool._processes or {}).values()):
+        if process.is_alive():
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                os.kill(process.pid, signal.SIGINT)
+    pool.shutdown(wait=True, cancel_futures=True)

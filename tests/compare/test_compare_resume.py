@@ -128,3 +128,18 @@ def test_ctrl_c_in_compare_exits_130_and_the_rerun_resumes_the_cell(tmp_path):
     after = (cell / "metrics.jsonl").read_text().splitlines()
     assert after[: len(kept)] == kept and steps_logged(cell) == [0, 1, 2, 3, 4, 5]
     assert [r["status"] for r in _invocations(out)] == ["interrupted", "completed"]
+
+
+def test_sigterm_to_a_parallel_compare_checkpoints_every_running_cell(tmp_path):
+    out = tmp_path / "cmp"
+    args = ["--recipes", "grpo,dr_grpo", "--steps", "8", "--jobs", "2", "--out", str(out)]
+    first = out / "cells" / "grpo-seed0"
+    stopped = start_and_signal(
+        rlvr_command("compare", *args, *SMALL_SETS), first, 1, signal.SIGTERM
+    )
+    assert stopped.returncode == 130, stopped.stderr_text
+    assert "Traceback" not in stopped.stderr_text
+    for name in ("grpo-seed0", "dr_grpo-seed0"):  # the workers were stopped too
+        cell = out / "cells" / name
+        assert max(steps_logged(cell), default=-1) < 8 and not (cell / "summary.json").exists()
+    assert _invocations(out)[-1]["status"] == "interrupted"
