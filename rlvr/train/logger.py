@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,14 @@ class MetricsLogger:
             for key, value in metrics.items():
                 if value is not None and math.isfinite(value):
                     self._writer.add_scalar(key, value, step)
+            self._writer.flush()
+
+    def sync(self) -> None:
+        """Force metrics.jsonl and the TensorBoard events to disk (before a checkpoint)."""
+        if self.path.exists():
+            with self.path.open("rb") as fh:
+                os.fsync(fh.fileno())
+        if self._writer is not None:
             self._writer.flush()
 
     def close(self) -> None:

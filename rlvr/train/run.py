@@ -308,6 +308,7 @@ class _Run:
             return
         t = self.trainer
         keep = self.cfg.keep_checkpoints
+        self.logger.sync()  # the lines the checkpoint counts are on disk before it is
         save_rotating(self.out, t.model, t.tokenizer, self._state(), critic=t.critic, keep=keep)
         self.saved_step = t.step
         self.last_save = time.perf_counter()
