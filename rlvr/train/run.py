@@ -200,7 +200,7 @@ class _Run:
             except KeyboardInterrupt:  # a second signal: the step is abandoned
                 self._save_crash()
                 self._finish_partial("interrupted")
-                raise RunInterrupted(self.out, self.trainer.step, self._good_path()) from None
+                raise self._interrupted() from None
             except RunInterrupted:
                 raise
             except BaseException:
@@ -244,7 +244,7 @@ class _Run:
             if stop.requested:
                 bar.close()
                 self._finish_partial("interrupted")
-                raise RunInterrupted(self.out, step, self._good_path())
+                raise self._interrupted()
         bar.close()
         self._save()
         return self._summary("finished")
@@ -319,6 +319,10 @@ class _Run:
             save_crash(self.out, t.model, t.tokenizer, self._state(), critic=t.critic)
         except Exception as err:  # the original error matters more
             print(f"rlvr: warning: could not write {CRASH}/: {err}", file=sys.stderr)
+
+    def _interrupted(self) -> RunInterrupted:
+        good = self._good_path()
+        return RunInterrupted(self.out, checkpoint_step(good) if good else 0, good)
 
     def _good_path(self) -> Path | None:
         return find_resumable(self.out)

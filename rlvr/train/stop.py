@@ -14,9 +14,13 @@ class RunInterrupted(Exception):
     """SIGINT/SIGTERM stopped the run; `checkpoint` (or None) is where to resume from."""
 
     def __init__(self, out: Path, step: int, checkpoint: Path | None) -> None:
+        """`step`: the step `checkpoint` holds, where a resumed run continues from."""
         self.out, self.step, self.checkpoint = out, step, checkpoint
-        where = f"checkpoint saved to {checkpoint}" if checkpoint else "no checkpoint yet"
-        super().__init__(f"interrupted after step {step}; {where}")
+        if checkpoint is None:
+            text = "interrupted before the first checkpoint; a resumed run starts at step 0"
+        else:
+            text = f"interrupted; checkpoint {checkpoint} holds step {step}"
+        super().__init__(text)
 
     def __reduce__(self):  # crosses process boundaries in `rlvr compare --jobs N`
         return (RunInterrupted, (self.out, self.step, self.checkpoint))
