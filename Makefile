@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/rlvr train --config configs/demo.yaml --out runs/demo
+	$(BIN)/rlvr train --config configs/demo.yaml --out runs/demo --overwrite
 
 test: $(STAMP)
 	$(BIN)/ruff check .

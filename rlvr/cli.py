@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -100,31 +101,62 @@ def _print_config_help() -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from rlvr.train import resolve_config, run_training
+    from rlvr.train import resolve_config
     from rlvr.train.config import load_yaml
+    from rlvr.train.run import resume_config
 
     if args.help_config:
         return _print_config_help()
-
-    try:
-        base = load_yaml(args.config) if args.config else {}
-        cfg = resolve_config(
-            base,
-            args.set,
-            recipe=args.recipe,
-            task=args.task,
-            steps=args.steps,
-            seed=args.seed,
-            out=args.out,
-            model=args.model,
-            progress=False if args.no_progress else None,
+    if args.resume is not None and args.overwrite:
+        return _fail("--resume and --overwrite exclude each other")
+    if args.resume is not None and (args.config or args.recipe or args.task or args.model):
+        return _fail(
+            "--resume continues the run as recorded in its config.yaml; --config, --recipe, "
+            "--task and --model cannot change it"
         )
+    if args.resume is not None and args.out is not None and args.out != args.resume:
+        return _fail(f"--resume {args.resume} and --out {args.out} name different directories")
+    explicit = {"steps": args.steps, "progress": False if args.no_progress else None}
+    try:
+        if args.resume is not None:
+            cfg = resume_config(args.resume, args.set, seed=args.seed, **explicit)
+        else:
+            base = load_yaml(args.config) if args.config else {}
+            cfg = resolve_config(
+                base,
+                args.set,
+                recipe=args.recipe,
+                task=args.task,
+                seed=args.seed,
+                out=args.out,
+                model=args.model,
+                **explicit,
+            )
     except ValueError as err:
         return _fail(str(err))
-    from rlvr.train.prompt_pool import PoolExhausted
+    mode = "resume" if args.resume is not None else "overwrite" if args.overwrite else "new"
+    return _train(cfg, mode)
 
+
+def _train(cfg, mode: str) -> int:
+    from rlvr.train import run_training
+    from rlvr.train.prompt_pool import PoolExhausted
+    from rlvr.train.run import RunDiverged, RunInterrupted
+
+    resume = f"rlvr train --resume {shlex.quote(cfg.out)}"
     try:
-        summary = run_training(cfg)
+        summary = run_training(cfg, mode)
+    except RunInterrupted as err:
+        print(f"rlvr: {err}; resume with: {resume}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # before the run's own handlers were installed
+        started = (Path(cfg.out) / "config.yaml").is_file()
+        hint = f"; resume with: {resume}" if started else ""
+        print(f"rlvr: interrupted before training started{hint}", file=sys.stderr)
+        return 130
+    except RunDiverged as err:
+        print(f"rlvr: error: {err}", file=sys.stderr)
+        return 1
     except (ValueError, OSError, PoolExhausted) as err:  # bad task options, model path, out dir...
         if os.environ.get("RLVR_DEBUG"):
             raise
@@ -143,12 +175,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from rlvr.compare import build_report, run_matrix, spec_from_options
     from rlvr.compare.matrix import load_spec, parse_seeds
     from rlvr.train.config import load_yaml
+    from rlvr.train.run import RunInterrupted
 
+    if not args.out.strip():
+        return _fail("--out must name the comparison directory, got an empty string")
+    _sigterm_interrupts()
     out = Path(args.out)
     try:
         matrix = load_yaml(args.matrix) if args.matrix else None
         resume = not (args.matrix or args.config or args.recipes)
-        if resume and (out / "matrix.yaml").exists():  # `rlvr compare --out DIR` resumes DIR
+        if resume and not (out / "matrix.yaml").is_file():
+            return _fail(
+                f"--out {args.out} holds no comparison (no matrix.yaml); to start one give "
+                f"--recipes, --matrix or --config"
+            )
+        if resume:  # `rlvr compare --out DIR` resumes DIR
             matrix = load_spec(out / "matrix.yaml").to_dict()
         spec = spec_from_options(
             matrix=matrix,
@@ -161,14 +202,36 @@ def cmd_compare(args: argparse.Namespace) -> int:
             tokens=args.tokens,
             baseline=args.baseline,
         )
-        run = None if args.report_only else run_matrix(spec, out, jobs=args.jobs)
+        run = None
+        if not args.report_only:
+            run = run_matrix(spec, out, jobs=args.jobs, argv=getattr(args, "argv", None))
         report = build_report(spec, out)
+    except (RunInterrupted, KeyboardInterrupt):
+        print(
+            f"rlvr: compare interrupted; finished cells are kept and the running one "
+            f"checkpointed; resume with: rlvr compare --out {shlex.quote(args.out)}",
+            file=sys.stderr,
+        )
+        return 130
     except ValueError as err:
         return _fail(str(err))
+    except OSError as err:
+        where = f" ({err.filename})" if err.filename else ""
+        return _fail(f"cannot write the comparison to --out {args.out}: {err.strerror}{where}")
     for warning in report.warnings:
         print(f"rlvr: warning: {warning}", file=sys.stderr)
     print(f"wrote {report.path}, {out / 'results.csv'} and {len(report.plots)} plots")
     return 1 if run is not None and run.failed else 0
+
+
+def _sigterm_interrupts() -> None:
+    """SIGTERM stops `rlvr compare` as Ctrl-C does (checkpoint, record, exit 130)."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def cmd_evalsize(args: argparse.Namespace) -> int:
@@ -256,6 +319,13 @@ def _add_train(sub) -> None:
         help="override a config or recipe field, e.g. --set clip_high=0.3 "
         "or --set task_options.digits=3 (repeatable)",
     )
+    p.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the run in DIR from its newest good checkpoint (exactly as if it had "
+        "never stopped; --steps may extend it)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
         "--help-config",
@@ -318,6 +388,7 @@ def _add_compare(sub) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return args.func(args)
     except BrokenPipeError:  # `rlvr ... | head`: the reader left, which is not an error

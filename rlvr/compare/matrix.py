@@ -103,6 +103,12 @@ class MatrixSpec:
             if bad:
                 raise ValueError(f"overrides.{label} sets {sorted(bad)}: set by the matrix")
         labels = self.labels()
+        duplicates = sorted({label for label in labels if labels.count(label) > 1})
+        if duplicates:
+            raise ValueError(
+                f"duplicate condition(s) {', '.join(duplicates)}: each recipe and override "
+                f"label may appear once (recipes {list(self.recipes)})"
+            )
         if self.baseline is not None and self.baseline not in labels:
             raise ValueError(f"baseline={self.baseline!r} is not a label; valid: {labels}")
 
@@ -223,6 +229,9 @@ def _merge_budget(budget, mode, steps, tokens, default_steps) -> dict[str, Any]:
     if mode != budget.get("mode", "steps"):
         budget = {}  # a value in other units must not carry over
     budget["mode"] = mode
+    for name, given in (("--steps", steps), ("--tokens", tokens)):
+        if given is not None and (isinstance(given, bool) or given < 1):
+            raise ValueError(f"{name} must be an integer ≥ 1, got {given!r}")
     if mode == "tokens":
         budget.update({k: v for k, v in (("value", tokens), ("max_steps", steps)) if v})
         return budget

@@ -1,16 +1,18 @@
 """Run the cells of a matrix through the one training loop: resumable and parallel.
 
 A cell is finished iff `summary.json` exists in its directory (`run_training` writes it
-last); an unfinished cell directory is left over from an interruption and is wiped before
-the cell runs again. Finished cells are never redone. With `jobs > 1` cells run in
+last); an unfinished cell left over from an interruption resumes from its newest good
+checkpoint (or starts again if it has none or its config changed). Finished cells are
+never redone. Every invocation, completed or not, is appended to `invocations.jsonl`. With `jobs > 1` cells run in
 spawned worker processes, each with `cores // jobs` torch threads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -41,13 +43,28 @@ def is_finished(cell: Cell) -> bool:
 
 
 def run_cell(config: dict[str, Any]) -> dict[str, Any]:
-    """Train one cell from its config dict (picklable, so it crosses process boundaries)."""
+    """Train one cell from its config dict (picklable, so it crosses process boundaries);
+    a killed cell continues from its checkpoint."""
     from rlvr.train import resolve_config, run_training
 
-    out = Path(config["out"])
-    if out.exists():
-        shutil.rmtree(out)  # a partial run: its summary.json is missing
-    return run_training(resolve_config(config))
+    cfg = resolve_config(config)
+    return run_training(cfg, cell_mode(cfg))
+
+
+def cell_mode(cfg) -> str:
+    """'resume' for a partial run with a good checkpoint and the same config, else
+    'overwrite' (nothing there, or nothing usable)."""
+    from rlvr.train.checkpoint import find_resumable
+    from rlvr.train.run import check_same_run
+
+    out = Path(cfg.out)
+    if not (out / "config.yaml").is_file() or find_resumable(out) is None:
+        return "overwrite"
+    try:
+        check_same_run(out, cfg)
+    except ValueError:
+        return "overwrite"
+    return "resume"
 
 
 def _init_worker(threads: int) -> None:
@@ -81,13 +98,14 @@ def run_matrix(
     out_dir: str | Path,
     jobs: int = 1,
     log: Callable[[str], None] | None = None,
+    argv: list[str] | None = None,
 ) -> MatrixRun:
     """Run every unfinished cell of `spec` under `out_dir`; returns what ran and failed."""
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer ≥ 1, got {jobs!r}")
+    cells = spec.cells(out_dir)  # validates every cell's config before anything is written
     save_spec(spec, out_dir)
-    cells = spec.cells(out_dir)
     result = MatrixRun(stale=stale_cells(cells))
     for name in result.stale:
         log(f"warning: finished cell {name} was run with a different config; kept as is")
@@ -95,27 +113,59 @@ def run_matrix(
     result.skipped = [c.name for c in cells if is_finished(c)]
     log(f"matrix: {len(cells)} cells, {len(result.skipped)} finished, {len(pending)} to run")
     started = time.perf_counter()
-    if jobs == 1 or len(pending) <= 1:
-        _run_serial(pending, result, log)
-    else:
-        _run_parallel(pending, jobs, result, log)
-    result.seconds = time.perf_counter() - started
-    _record_invocation(Path(out_dir), jobs, result)
+    record = _Invocation(Path(out_dir), jobs, argv)
+    record.write(result, "running", 0.0)  # stays "running" if the process is killed
+    status = "completed"
+    try:
+        if jobs == 1 or len(pending) <= 1:
+            _run_serial(pending, result, log)
+        else:
+            _run_parallel(pending, jobs, result, log)
+    except BaseException as err:
+        status = "interrupted" if _is_interruption(err) else "error"
+        raise
+    finally:
+        result.seconds = time.perf_counter() - started
+        record.write(result, status, result.seconds)
     return result
 
 
-def _record_invocation(out_dir: Path, jobs: int, result: MatrixRun) -> None:
-    """Append what this invocation did to DIR/invocations.jsonl (the report sums them)."""
-    record = {
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "jobs": jobs,
-        "ran": result.ran,
-        "failed": sorted(result.failed),
-        "skipped": len(result.skipped),
-        "seconds": round(result.seconds, 1),
-    }
-    with (out_dir / "invocations.jsonl").open("a") as fh:
-        fh.write(json.dumps(record) + "\n")
+def _is_interruption(err: BaseException) -> bool:
+    from rlvr.train.run import RunInterrupted
+
+    return isinstance(err, KeyboardInterrupt | RunInterrupted)
+
+
+class _Invocation:
+    """This invocation's line in DIR/invocations.jsonl (the report sums them): written
+    when it starts, as "running", and rewritten in place with its outcome ("completed",
+    "interrupted", "error"); a SIGKILLed invocation keeps "running"."""
+
+    def __init__(self, out_dir: Path, jobs: int, argv: list[str] | None) -> None:
+        self.path = out_dir / "invocations.jsonl"
+        self.id = f"{os.getpid()}-{time.time_ns()}"
+        self.jobs = jobs
+        self.argv = list(argv) if argv is not None else sys.argv[1:]
+        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+    def write(self, result: MatrixRun, status: str, seconds: float) -> None:
+        record = {
+            "id": self.id,
+            "started_at": self.started_at,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "status": status,
+            "argv": self.argv,
+            "jobs": self.jobs,
+            "ran": result.ran,
+            "failed": sorted(result.failed),
+            "skipped": len(result.skipped),
+            "seconds": round(seconds, 1),
+        }
+        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        lines = [ln for ln in lines if ln.strip() and json.loads(ln).get("id") != self.id]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(f"{line}\n" for line in [*lines, json.dumps(record)]))
+        os.replace(tmp, self.path)
 
 
 def _done(cell: Cell, summary: dict[str, Any], result: MatrixRun, log, total: int) -> None:
@@ -126,9 +176,13 @@ def _done(cell: Cell, summary: dict[str, Any], result: MatrixRun, log, total: in
 
 
 def _run_serial(pending: list[Cell], result: MatrixRun, log) -> None:
+    from rlvr.train.run import RunInterrupted
+
     for cell in pending:
         try:
             summary = run_cell(cell.config)
+        except RunInterrupted:
+            raise  # the whole invocation stops; the cell resumes next time
         except Exception as err:  # one failed cell must not lose the others
             result.failed[cell.name] = f"{type(err).__name__}: {err}"
             log(f"cell {cell.name} failed: {result.failed[cell.name]}")
@@ -145,12 +199,35 @@ def _run_parallel(pending: list[Cell], jobs: int, result: MatrixRun, log) -> Non
         initargs=(threads,),
     ) as pool:
         futures = {pool.submit(run_cell, cell.config): cell for cell in pending}
-        for future in as_completed(futures):
-            cell = futures[future]
-            try:
-                summary = future.result()
-            except Exception as err:
-                result.failed[cell.name] = f"{type(err).__name__}: {err}"
-                log(f"cell {cell.name} failed: {result.failed[cell.name]}")
-                continue
-            _done(cell, summary, result, log, len(pending))
+        try:
+            _collect(futures, result, log, len(pending))
+        except BaseException as err:
+            if _is_interruption(err):
+                _stop_workers(pool)
+            raise
+
+
+def _collect(futures, result: MatrixRun, log, total: int) -> None:
+    from rlvr.train.run import RunInterrupted
+
+    for future in as_completed(futures):
+        cell = futures[future]
+        try:
+            summary = future.result()
+        except RunInterrupted:
+            raise
+        except Exception as err:
+            result.failed[cell.name] = f"{type(err).__name__}: {err}"
+            log(f"cell {cell.name} failed: {result.failed[cell.name]}")
+            continue
+        _done(cell, summary, result, log, total)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Start no more cells; ask the running ones to finish their step and checkpoint (a
+    signal sent to this process alone, e.g. SIGTERM, does not reach the workers)."""
+    for process in list((pool._processes or {}).values()):
+        if process.is_alive():
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                os.kill(process.pid, signal.SIGINT)
+    pool.shutdown(wait=True, cancel_futures=True)

@@ -1,14 +1,29 @@
-"""Checkpoints that are never lost: written beside the old one, then swapped in atomically.
+"""Checkpoints that are never lost: written to a temporary directory, fsynced, renamed.
 
-A checkpoint holds everything a run needs to continue: policy (and critic) weights,
-optimizer states, the prompt pool's data order and retirement state, RNG states and the
-step counter (exact resume is designed in; see DESIGN.md).
+A checkpoint holds everything a run needs to continue exactly: policy (and critic) weights,
+optimizer states, the prompt pool's data order and retirement state, RNG states, the step
+counter, run totals and the metrics offset (see `Trainer.state_dict` and `rlvr.train.run`).
+
+Layout of a run directory:
+
+    checkpoint/              the newest good checkpoint (what `rlvr eval --model` reads)
+    checkpoint.step-000010/  older good ones, `keep` in all counting the newest
+    checkpoint.crash/        the state at a crash or divergence: never resumed from
+    checkpoint.unusable-0/   one that failed its checksum, set aside when a run resumed
+
+Every checkpoint carries `manifest.json` (its step and the sha256 of every file), written
+last: a checkpoint without a manifest, or whose files do not match it, is partial or
+corrupt, and `find_resumable` passes over it to the previous good one with a warning.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +32,18 @@ import torch
 from rlvr.models.hf_policy import save_kwargs
 from rlvr.models.warmstart import quiet_transformers
 
+LATEST = "checkpoint"
+CRASH = "checkpoint.crash"
+UNUSABLE = "checkpoint.unusable-"
+MANIFEST = "manifest.json"
+_OLDER = re.compile(r"^checkpoint\.step-(\d+)$")
 
-def save_checkpoint(directory: Path, policy, tokenizer, state: dict[str, Any], critic=None) -> Path:
+
+def save_checkpoint(
+    directory: Path, policy, tokenizer, state: dict[str, Any], critic=None, kind: str = "good"
+) -> Path:
     """Write `directory` atomically: a half-written checkpoint never replaces a good one."""
+    directory = Path(directory)
     tmp = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -29,13 +53,151 @@ def save_checkpoint(directory: Path, policy, tokenizer, state: dict[str, Any], c
     if critic is not None:
         torch.save(critic.state_dict(), tmp / "critic.pt")
     torch.save(state, tmp / "trainer_state.pt")
+    _write_manifest(tmp, {"step": int(state.get("step", 0)), "kind": kind})
     old = directory.with_name(directory.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
     if directory.exists():
         os.replace(directory, old)
     os.replace(tmp, directory)
+    _fsync_dir(directory.parent)
     shutil.rmtree(old, ignore_errors=True)
     return directory
 
 
+def save_rotating(
+    run_dir: Path, policy, tokenizer, state: dict[str, Any], critic=None, keep: int = 2
+) -> Path:
+    """Make a new good `checkpoint/` at `state['step']`, keeping the previous newest as
+    `checkpoint.step-NNNNNN/` and pruning all but the `keep` newest good ones."""
+    run_dir = Path(run_dir)
+    latest = run_dir / LATEST
+    tmp = run_dir / (LATEST + ".tmp")
+    save_checkpoint(tmp, policy, tokenizer, state, critic)  # tmp/ is complete, fsynced
+    if latest.exists():
+        step = _manifest_step(latest)
+        if step is None:  # a corrupt newest: never keep it as a fallback
+            shutil.rmtree(latest)
+        else:
+            os.replace(latest, run_dir / f"{LATEST}.step-{step:06d}")
+    os.replace(tmp, latest)
+    _fsync_dir(run_dir)
+    older = sorted(_older(run_dir), key=lambda p: _step_of_name(p), reverse=True)
+    for stale in older[max(keep - 1, 0) :]:
+        shutil.rmtree(stale, ignore_errors=True)
+    return latest
+
+
+def save_crash(run_dir: Path, policy, tokenizer, state: dict[str, Any], critic=None) -> Path:
+    """The state at a crash or divergence, beside (never over) the good checkpoints."""
+    return save_checkpoint(Path(run_dir) / CRASH, policy, tokenizer, state, critic, kind="crash")
+
+
+def find_resumable(run_dir: Path) -> Path | None:
+    """The newest good checkpoint whose files match its manifest, or None. Every newer one
+    that fails the check is named in a warning."""
+    candidates = []
+    for path in [Path(run_dir) / LATEST, *_older(Path(run_dir))]:
+        if path.is_dir():
+            candidates.append((_manifest_step(path) or -1, path))
+    for _, path in sorted(candidates, key=lambda c: c[0], reverse=True):
+        problem = verify_checkpoint(path)
+        if problem is None:
+            return path
+        warnings.warn(
+            f"checkpoint {path} is unusable ({problem}); falling back to an older one if any",
+            stacklevel=2,
+        )
+    return None
+
+
+def set_aside_unusable(run_dir: Path) -> list[Path]:
+    """Rename every good-looking checkpoint that fails its manifest check to
+    `checkpoint.unusable-N/`, so rotation never keeps it as a fallback. Returns the new
+    paths (kept for a post-mortem)."""
+    moved = []
+    for path in [Path(run_dir) / LATEST, *_older(Path(run_dir))]:
+        if path.is_dir() and verify_checkpoint(path) is not None:
+            index = len(list(Path(run_dir).glob(f"{UNUSABLE}*")))
+            target = path.with_name(f"{UNUSABLE}{index}")
+            os.replace(path, target)
+            moved.append(target)
+    return moved
+
+
+def verify_checkpoint(path: Path) -> str | None:
+    """None if every file of the checkpoint matches its manifest, else what is wrong."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError):
+        return "no readable manifest.json: partial write"
+    for name, digest in files.items():
+        file = path / name
+        if not file.is_file():
+            return f"{name} is missing"
+        if _sha256(file) != digest:
+            return f"{name} does not match its checksum"
+    return None
+
+
+def checkpoint_step(path: Path) -> int | None:
+    return _manifest_step(path)
+
+
 def load_trainer_state(directory: Path) -> dict[str, Any]:
-    return torch.load(directory / "trainer_state.pt", weights_only=False)
+    return torch.load(Path(directory) / "trainer_state.pt", weights_only=False)
+
+
+def _older(run_dir: Path) -> list[Path]:
+    if not run_dir.is_dir():
+        return []
+    return [p for p in run_dir.iterdir() if _OLDER.match(p.name) and p.is_dir()]
+
+
+def _step_of_name(path: Path) -> int:
+    return int(_OLDER.match(path.name).group(1))
+
+
+def _manifest_step(path: Path) -> int | None:
+    try:
+        return int(json.loads((path / MANIFEST).read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_manifest(directory: Path, info: dict[str, Any]) -> None:
+    files = {}
+    for file in sorted(p for p in directory.rglob("*") if p.is_file()):
+        _fsync_file(file)
+        files[file.relative_to(directory).as_posix()] = _sha256(file)
+    manifest = directory / MANIFEST
+    manifest.write_text(json.dumps({**info, "files": files}, indent=1))
+    _fsync_file(manifest)
+    for sub in {p.parent for p in directory.rglob("*")} | {directory}:
+        _fsync_dir(sub)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync_file(path: Path) -> None:
+    with path.open("rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot fsync a directory
+    finally:
+        os.close(fd)

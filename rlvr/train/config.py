@@ -58,7 +58,7 @@ class TrainConfig:
     think_budget: int | None = _doc("forced length interruption: tokens before an end phrase", None)
     interrupt_phrase: str = _doc("phrase appended at the thinking budget", " Final answer:")
     out: str = _doc("output directory", "runs/latest")
-    save_every: int = _doc("also checkpoint every N steps (0: only at the end or on error)", 0)
+    save_every: int = _doc("checkpoint every N steps (0: only by time and at the end)", 10)
     progress: bool = _doc("show progress bars", True)
     overrides: dict = field(default_factory=dict, metadata={"doc": "recipe fields overridden"})
     critic_weight_decay: float = _doc(
@@ -78,6 +78,13 @@ class TrainConfig:
     rollout_engine: str = _doc("rollout engine: 'hf' (in-process) or 'vllm' (rlvr[gpu])", "hf")
     engine_options: dict = field(
         default_factory=dict, metadata={"doc": "vLLM engine options (gpu_memory_utilization, ...)"}
+    )
+    save_every_minutes: float = _doc(
+        "also checkpoint when this many minutes passed since the last one (0: never)", 10.0
+    )
+    keep_checkpoints: int = _doc("good checkpoints kept (newest + older fallbacks), ≥ 1", 2)
+    max_nonfinite_steps: int = _doc(
+        "stop as diverged after this many consecutive steps with a non-finite loss/gradient", 3
     )
 
     def __post_init__(self) -> None:
@@ -121,6 +128,7 @@ class TrainConfig:
             raise ValueError(f"warm_target must be in [0, 1], got {self.warm_target!r}")
         if self.think_budget is not None and self.think_budget < 1:
             raise ValueError(f"think_budget must be ≥ 1 or null, got {self.think_budget!r}")
+        self._check_run_safety()
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe={self.recipe!r} is unknown; valid: {', '.join(RECIPES)}")
         recipe = self.build_recipe()  # validates the overrides
@@ -130,6 +138,17 @@ class TrainConfig:
                 f"overlong_cache={recipe.overlong_cache} exceeds max_new_tokens="
                 f"{self.max_new_tokens}: the soft punishment ramp must fit in the budget"
             )
+
+    def _check_run_safety(self) -> None:
+        for name in ("keep_checkpoints", "max_nonfinite_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer ≥ 1, got {value!r}")
+        minutes = self.save_every_minutes
+        if isinstance(minutes, bool) or not isinstance(minutes, int | float) or minutes < 0:
+            raise ValueError(f"save_every_minutes must be a number ≥ 0, got {minutes!r}")
+        if not str(self.out).strip():
+            raise ValueError("out must name an output directory, got an empty string")
 
     def build_recipe(self) -> Recipe:
         return get_recipe(self.recipe, **self.overrides)

@@ -29,6 +29,7 @@ from rlvr.train.config import TrainConfig
 from rlvr.train.critic import critic_optimizer, critic_update, critic_values
 from rlvr.train.hf_setup import make_engine, prepare_components
 from rlvr.train.prompt_pool import PromptPool
+from rlvr.train.rng_state import load_rng_state, rng_state
 from rlvr.train.rollout_batch import Rollout
 from rlvr.train.sampling import collect_rollouts, sample_groups
 from rlvr.train.update import UpdateSettings, minibatch_rows, policy_update
@@ -301,15 +302,37 @@ class Trainer:
         return result.metrics
 
     def state_dict(self) -> dict[str, Any]:
+        """Everything besides the weights that the next step depends on: `step` counts the
+        completed steps. Optimizers and LR schedulers are found by type, generators by
+        `rng_state`, so ones added later are saved too."""
         return {
             "step": self.step,
-            "optimizer": self.optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict() if self.critic else None,
+            "optimizers": {k: v.state_dict() for k, v in _stateful(self).items()},
             "pool": self.pool.state_dict(),
-            "generator": self.generator.get_state(),
-            "torch_rng": torch.get_rng_state(),
+            "rng": rng_state(self),
+            "last_eval_items": getattr(self, "last_eval_items", None),
             "config": self.cfg.to_dict(),
         }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()` (weights are loaded separately, before this)."""
+        self.step = int(state["step"])
+        stateful = _stateful(self)
+        missing = sorted(set(stateful) ^ set(state["optimizers"]))
+        if missing:
+            raise ValueError(f"checkpoint optimizer/scheduler states do not match: {missing}")
+        for key, value in state["optimizers"].items():
+            stateful[key].load_state_dict(value)
+        self.pool.load_state_dict(state["pool"])
+        load_rng_state(self, state["rng"])
+        if state.get("last_eval_items") is not None:
+            self.last_eval_items = state["last_eval_items"]
+
+
+def _stateful(trainer: Trainer) -> dict[str, Any]:
+    """The trainer's optimizers and LR schedulers, by attribute name."""
+    kinds = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
+    return {k: v for k, v in vars(trainer).items() if isinstance(v, kinds)}
 
 
 def _selection_metrics(sampled: dict[str, float], stats: dict[str, float]) -> dict[str, float]:

@@ -1,21 +1,56 @@
-"""A whole training run: evaluation schedule, logging, checkpoint, plot and summary."""
+"""A whole training run: evaluation schedule, logging, checkpoints, plot and summary.
+
+Runs survive: everything is validated before anything is written (`run_dir`); good
+checkpoints are written atomically every `save_every` steps or `save_every_minutes`
+(`checkpoint`); `mode="resume"` continues from the newest good one exactly as if the run
+had never stopped; a crash or divergence writes `checkpoint.crash/` beside the good ones;
+SIGINT/SIGTERM finish the step, checkpoint, and raise `RunInterrupted`.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import os
+import sys
 import time
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
-from rlvr.train.checkpoint import save_checkpoint
-from rlvr.train.config import TrainConfig
+from rlvr.train.checkpoint import (
+    CRASH,
+    UNUSABLE,
+    checkpoint_step,
+    find_resumable,
+    load_trainer_state,
+    save_crash,
+    save_rotating,
+    set_aside_unusable,
+)
+from rlvr.train.config import TrainConfig, load_yaml, resolve_config
 from rlvr.train.logger import MetricsLogger
 from rlvr.train.loop import Trainer
 from rlvr.train.plots import plot_run
 from rlvr.train.progress import progress_bar
+from rlvr.train.run_dir import check_out_dir, clear_run
+from rlvr.train.stop import RunDiverged, RunInterrupted, StopRequest
+
+# Config fields a resumed run may change: budgets, checkpointing and display.
+RESUMABLE_CHANGES = {
+    "out",
+    "progress",
+    "steps",
+    "max_generated_tokens",
+    "save_every",
+    "save_every_minutes",
+    "keep_checkpoints",
+    "max_nonfinite_steps",
+}
 
 
 @dataclass
@@ -36,91 +71,313 @@ class RunTotals:
                 self.seconds[key] = self.seconds.get(key, 0.0) + value
 
 
-def run_training(cfg: TrainConfig) -> dict[str, Any]:
+def run_training(cfg: TrainConfig, mode: str = "new") -> dict[str, Any]:
     """Train with `cfg`, writing config.yaml, metrics.jsonl, TensorBoard events, a PNG of
-    the curves, a checkpoint and summary.json to `cfg.out`. Returns the summary."""
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.jsonl").unlink(missing_ok=True)
-    (out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    started = time.perf_counter()
-    trainer = Trainer(cfg)
-    totals = RunTotals()
-    logger = MetricsLogger(out)
-    try:
-        summary = _run(trainer, totals, logger, started)
-    except BaseException:
-        # Interrupted or crashed: keep what was learned; metrics.jsonl is already on disk.
-        _save(trainer, out)
-        raise
-    finally:
-        logger.close()
-    _save(trainer, out)
-    plot_run(
-        logger.records, out / "curves.png", title=f"{cfg.recipe} on {cfg.task}, seed {cfg.seed}"
-    )
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
+    the curves, checkpoints and summary.json to `cfg.out`. Returns the summary.
 
-
-def _save(trainer: Trainer, out: Path) -> None:
-    save_checkpoint(
-        out / "checkpoint",
-        trainer.model,
-        trainer.tokenizer,
-        trainer.state_dict(),
-        critic=trainer.critic,
-    )
-
-
-def _run(
-    trainer: Trainer, totals: RunTotals, logger: MetricsLogger, started: float
-) -> dict[str, Any]:
-    cfg = trainer.cfg
-    for i, metrics in enumerate(trainer.pretrain_critic() if trainer.critic else []):
-        totals.add(metrics)  # critic pre-training's rollouts are part of the run's cost
-        logger.log(
-            -trainer.recipe.value_pretrain_steps + i,
-            {f"pretrain/{k}": v for k, v in metrics.items()},
+    `mode`: "new" refuses a directory that already holds a run; "resume" continues the run
+    in `cfg.out` from its newest good checkpoint (`cfg` may differ from the recorded config
+    only in `RESUMABLE_CHANGES`); "overwrite" replaces the run there."""
+    out = check_out_dir(cfg.out, mode)
+    checkpoint = None
+    if mode == "resume":
+        check_same_run(out, cfg)
+        checkpoint = find_resumable(out)
+        if checkpoint is None:
+            warnings.warn(
+                f"{out} has no good checkpoint; starting the run again from step 0",
+                stacklevel=2,
+            )
+    trainer = Trainer(cfg)  # validates the task, model and recipe: nothing written yet
+    state = _restore(trainer, checkpoint) if checkpoint else None
+    finished = state is not None and _finished(cfg, state)
+    if finished and (out / "summary.json").exists():
+        raise ValueError(
+            f"--resume {out}: the run already finished at step {state['step']} "
+            f"(steps={cfg.steps}); raise --steps to continue it"
         )
-    initial = trainer.evaluate()
-    logger.log(0, initial)
-    evals = [(0, initial)]
-    bar = progress_bar(cfg.steps, cfg.progress, desc=f"{cfg.recipe} {cfg.task}")
-    for step in range(1, cfg.steps + 1):
-        trainer.step = step
-        metrics = trainer.train_step()
-        totals.add(metrics)
-        budget = cfg.max_generated_tokens
-        last = step == cfg.steps or (budget is not None and totals.generated_tokens >= budget)
-        if step % cfg.eval_every == 0 or last:
-            metrics.update(trainer.evaluate())
-            evals.append((step, {k: v for k, v in metrics.items() if k.startswith("eval/")}))
-        metrics["time/wall_s"] = time.perf_counter() - started
-        logger.log(step, metrics)
-        if cfg.save_every and step % cfg.save_every == 0 and not last:
-            _save(trainer, Path(cfg.out))
-        bar.update(metrics, evals[-1][1].get("eval/accuracy", 0.0))
-        if last:
-            break
-    bar.close()
-    return _summary(trainer, totals, evals, time.perf_counter() - started)
+    if mode == "resume":
+        set_aside_unusable(out)  # kept for a post-mortem, never resumed from
+    if mode == "overwrite":
+        clear_run(out)
+    elif mode == "resume" and state is None:
+        clear_run(out, keep=UNUSABLE)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("summary.json", "summary.partial.json"):  # rewritten when it ends
+        (out / stale).unlink(missing_ok=True)
+    _write_atomic(out / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    run = _Run(trainer, out, state)
+    return run.complete() if finished else run.execute()  # killed just before summary.json
 
 
-def _summary(trainer: Trainer, totals: RunTotals, evals, wall_s: float) -> dict[str, Any]:
-    best_step, best = max(evals, key=lambda e: e[1]["eval/accuracy"])
-    return {
-        "recipe": trainer.cfg.recipe,
-        "task": trainer.cfg.task,
-        "seed": trainer.cfg.seed,
-        "steps": trainer.step,
-        "initial": evals[0][1],
-        "final": evals[-1][1],
-        "best": {"step": best_step, **best},
-        "final_eval_items": trainer.last_eval_items,
-        "generated_tokens": totals.generated_tokens,
-        "discarded_tokens": totals.discarded_tokens,
-        "skipped_updates": totals.skipped_updates,
-        "seconds": {**totals.seconds, "wall_s": wall_s},
-        "model": {k: v for k, v in trainer.model_info.items() if k != "settings"},
-    }
+def check_same_run(out: Path, cfg: TrainConfig) -> None:
+    """Refuse to resume `out` with a config that changes what the run computes."""
+    recorded = resolve_config(load_yaml(out / "config.yaml")).to_dict()
+    wanted = cfg.to_dict()
+    keys = (set(recorded) | set(wanted)) - RESUMABLE_CHANGES
+    changed = sorted(k for k in keys if recorded.get(k) != wanted.get(k))
+    if changed:
+        key = changed[0]
+        raise ValueError(
+            f"--resume {out}: the run was made with {key}={recorded.get(key)!r}, not "
+            f"{wanted.get(key)!r}; a resumed run may change only "
+            f"{', '.join(sorted(RESUMABLE_CHANGES - {'out'}))}"
+        )
+
+
+def resume_config(out: str, sets: list[str] | None = None, **explicit: Any) -> TrainConfig:
+    """The config of the run in `out` (its config.yaml) with resumable changes applied."""
+    path = Path(out) / "config.yaml"
+    if not str(out).strip():
+        raise ValueError("--resume needs the run directory, got an empty string")
+    if not path.is_file():
+        raise ValueError(f"--resume {out}: no run to resume there (no config.yaml)")
+    return resolve_config(load_yaml(path), sets, **{**explicit, "out": str(out)})
+
+
+def _restore(trainer: Trainer, checkpoint: Path) -> dict[str, Any]:
+    """Load the checkpoint's weights and state into `trainer`; returns the run state."""
+    state = load_trainer_state(checkpoint)
+    load_weights(trainer.model, checkpoint / "policy")
+    if trainer.critic is not None:
+        trainer.critic.load_state_dict(torch.load(checkpoint / "critic.pt", weights_only=True))
+    trainer.load_state_dict(state)
+    trainer.engine.sync_weights()
+    return {"step": trainer.step, **state["run"]}
+
+
+def load_weights(model: torch.nn.Module, directory: Path) -> None:
+    """Copy the weights saved with `save_pretrained` in `directory` into `model`."""
+    from rlvr.models.warmstart import quiet_transformers
+
+    dtype = next(model.parameters()).dtype
+    with quiet_transformers():
+        saved = type(model).from_pretrained(directory, torch_dtype=dtype)
+    model.load_state_dict(saved.state_dict())
+
+
+def _finished(cfg: TrainConfig, state: dict[str, Any]) -> bool:
+    budget = cfg.max_generated_tokens
+    spent = state["totals"]["generated_tokens"]
+    return state["step"] >= cfg.steps or (budget is not None and spent >= budget)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class _Diverged(Exception):
+    def __init__(self, step: int, reason: str) -> None:
+        self.step, self.reason = step, reason
+        super().__init__(f"diverged at step {step}: {reason}")
+
+
+class _Run:
+    """One invocation of a run: fresh (`state` None) or resumed from a checkpoint."""
+
+    def __init__(self, trainer: Trainer, out: Path, state: dict[str, Any] | None) -> None:
+        self.trainer, self.out, self.cfg = trainer, out, trainer.cfg
+        self.totals = RunTotals(**state["totals"]) if state else RunTotals()
+        self.evals = [tuple(e) for e in state["evals"]] if state else []
+        self.streak = state["nonfinite_streak"] if state else 0
+        self.started = time.perf_counter() - (state["wall_s"] if state else 0.0)
+        records = _kept_records(out, state["metrics_lines"]) if state else []
+        self.logger = MetricsLogger(out, records=records, purge_step=trainer.step + 1)
+        self.saved_step = trainer.step if state else None
+        self.last_save = time.perf_counter()
+        self.resumed = state is not None
+
+    def execute(self) -> dict[str, Any]:
+        with StopRequest() as stop:
+            try:
+                summary = self._loop(stop)
+            except _Diverged as err:
+                self._save_crash()
+                self._finish_partial("diverged")
+                raise RunDiverged(f"{err}; {self._last_good()}") from None
+            except KeyboardInterrupt:  # a second signal: the step is abandoned
+                self._save_crash()
+                self._finish_partial("interrupted")
+                raise self._interrupted() from None
+            except RunInterrupted:
+                raise
+            except BaseException:
+                self._save_crash()  # a half-updated state: never over the good ones
+                raise
+            finally:
+                self.logger.close()
+        return self.complete(summary)
+
+    def complete(self, summary: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Curves and summary.json of a finished run."""
+        self.logger.close()
+        summary = summary or self._summary("finished")
+        self._plot()
+        _write_atomic(self.out / "summary.json", json.dumps(summary, indent=2))
+        return summary
+
+    def _loop(self, stop: StopRequest) -> dict[str, Any]:
+        trainer, cfg = self.trainer, self.cfg
+        if not self.resumed:
+            self._start()
+        bar = progress_bar(cfg.steps, cfg.progress, desc=f"{cfg.recipe} {cfg.task}")
+        for step in range(trainer.step + 1, cfg.steps + 1):
+            metrics = self._guarded(step, trainer.train_step)
+            trainer.step = step
+            self.totals.add(metrics)
+            budget = cfg.max_generated_tokens
+            spent = self.totals.generated_tokens
+            last = step == cfg.steps or (budget is not None and spent >= budget)
+            if step % cfg.eval_every == 0 or last:
+                metrics.update(self._guarded(step, trainer.evaluate))
+                self.evals.append((step, {k: v for k, v in metrics.items() if "eval/" in k}))
+            metrics["time/wall_s"] = time.perf_counter() - self.started
+            self.logger.log(step, metrics)
+            self._check_finite(step, metrics)
+            bar.update(metrics, self.evals[-1][1].get("eval/accuracy", 0.0))
+            if last:
+                break
+            if self._due(step) or stop.requested:
+                self._save()
+            if stop.requested:
+                bar.close()
+                self._finish_partial("interrupted")
+                raise self._interrupted()
+        bar.close()
+        self._save()
+        return self._summary("finished")
+
+    def _start(self) -> None:
+        trainer = self.trainer
+        for i, metrics in enumerate(trainer.pretrain_critic() if trainer.critic else []):
+            self.totals.add(metrics)  # critic pre-training's rollouts are part of the cost
+            self.logger.log(
+                -trainer.recipe.value_pretrain_steps + i,
+                {f"pretrain/{k}": v for k, v in metrics.items()},
+            )
+        initial = self._guarded(0, trainer.evaluate)
+        self.logger.log(0, initial)
+        self.evals = [(0, initial)]
+
+    def _guarded(self, step: int, fn):
+        """Run `fn`; sampling from non-finite probabilities means the run diverged."""
+        try:
+            return fn()
+        except RuntimeError as err:
+            text = str(err).lower()
+            if ("inf" in text and "nan" in text) or not _finite(self.trainer.model):
+                raise _Diverged(step, f"sampling failed: {str(err).splitlines()[0]}") from None
+            raise
+
+    def _check_finite(self, step: int, metrics: dict[str, float]) -> None:
+        if not _finite(self.trainer.model):
+            raise _Diverged(step, "the policy weights are no longer finite")
+        losses = [v for k, v in metrics.items() if k.startswith("loss/")]
+        bad = metrics.get("train/nonfinite_skipped", 0.0) > 0 or not all(
+            math.isfinite(v) for v in losses
+        )
+        self.streak = self.streak + 1 if bad else 0
+        if self.streak >= self.cfg.max_nonfinite_steps:
+            raise _Diverged(
+                step,
+                f"{self.streak} consecutive steps with a non-finite loss or gradient norm "
+                f"(updates skipped: train/nonfinite_skipped; limit max_nonfinite_steps="
+                f"{self.cfg.max_nonfinite_steps})",
+            )
+
+    def _due(self, step: int) -> bool:
+        every, minutes = self.cfg.save_every, self.cfg.save_every_minutes
+        by_time = minutes > 0 and time.perf_counter() - self.last_save >= minutes * 60
+        return bool(every and step % every == 0) or by_time
+
+    def _state(self) -> dict[str, Any]:
+        state = self.trainer.state_dict()
+        state["run"] = {
+            "totals": asdict(self.totals),
+            "evals": [list(e) for e in self.evals],
+            "nonfinite_streak": self.streak,
+            "wall_s": time.perf_counter() - self.started,
+            "metrics_lines": len(self.logger.records),
+        }
+        return state
+
+    def _save(self) -> None:
+        if self.saved_step == self.trainer.step:
+            return
+        t = self.trainer
+        keep = self.cfg.keep_checkpoints
+        self.logger.sync()  # the lines the checkpoint counts are on disk before it is
+        save_rotating(self.out, t.model, t.tokenizer, self._state(), critic=t.critic, keep=keep)
+        self.saved_step = t.step
+        self.last_save = time.perf_counter()
+
+    def _save_crash(self) -> None:
+        t = self.trainer
+        try:
+            save_crash(self.out, t.model, t.tokenizer, self._state(), critic=t.critic)
+        except Exception as err:  # the original error matters more
+            print(f"rlvr: warning: could not write {CRASH}/: {err}", file=sys.stderr)
+
+    def _interrupted(self) -> RunInterrupted:
+        good = self._good_path()
+        return RunInterrupted(self.out, checkpoint_step(good) if good else 0, good)
+
+    def _good_path(self) -> Path | None:
+        return find_resumable(self.out)
+
+    def _last_good(self) -> str:
+        good = self._good_path()
+        if good is None:
+            return f"no good checkpoint was written (the crash state is in {self.out / CRASH})"
+        return f"last good checkpoint at {good} (step {checkpoint_step(good)})"
+
+    def _finish_partial(self, status: str) -> None:
+        """Curves and a summary of what ran, as summary.partial.json: summary.json is
+        written only by a finished run (rlvr compare counts on it)."""
+        try:
+            self._plot()
+            summary = self._summary(status) if self.evals else {"status": status}
+            _write_atomic(self.out / "summary.partial.json", json.dumps(summary, indent=2))
+        except Exception as err:
+            print(f"rlvr: warning: could not write the partial summary: {err}", file=sys.stderr)
+
+    def _plot(self) -> None:
+        cfg = self.cfg
+        title = f"{cfg.recipe} on {cfg.task}, seed {cfg.seed}"
+        plot_run(self.logger.records, self.out / "curves.png", title=title)
+
+    def _summary(self, status: str) -> dict[str, Any]:
+        trainer, totals = self.trainer, self.totals
+        best_step, best = max(self.evals, key=lambda e: e[1]["eval/accuracy"])
+        return {
+            "recipe": trainer.cfg.recipe,
+            "task": trainer.cfg.task,
+            "seed": trainer.cfg.seed,
+            "status": status,
+            "steps": trainer.step,
+            "initial": self.evals[0][1],
+            "final": self.evals[-1][1],
+            "best": {"step": best_step, **best},
+            "final_eval_items": getattr(trainer, "last_eval_items", []),
+            "generated_tokens": totals.generated_tokens,
+            "discarded_tokens": totals.discarded_tokens,
+            "skipped_updates": totals.skipped_updates,
+            "seconds": {**totals.seconds, "wall_s": time.perf_counter() - self.started},
+            "model": {k: v for k, v in trainer.model_info.items() if k != "settings"},
+        }
+
+
+def _finite(model: torch.nn.Module) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+def _kept_records(out: Path, count: int) -> list[dict[str, Any]]:
+    """The first `count` records of metrics.jsonl (those the checkpoint had seen); later
+    ones, logged after it, are dropped so that no step appears twice."""
+    path = out / "metrics.jsonl"
+    lines = path.read_text().splitlines()[:count] if path.exists() else []
+    records = [json.loads(line) for line in lines]
+    _write_atomic(path, "".join(json.dumps(r) + "\n" for r in records))
+    return records

@@ -7,6 +7,7 @@ micro-batch size never changes the gradient (tests/train prove it).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -78,7 +79,7 @@ def policy_update(
     start = time.perf_counter()
     stats = StepStats()
     skip = skippable_rows(recipe, prepared.advantages)
-    computed_rows = optimizer_steps = 0
+    computed_rows = optimizer_steps = nonfinite = 0
     for _ in range(settings.ppo_epochs):
         minibatches = minibatch_rows(
             rollout.group_ids, prepared.keep, settings.num_minibatches, generator
@@ -101,7 +102,9 @@ def policy_update(
                     )
                 )
             computed_rows += len(active)
-            stats.add("train/grad_norm", _clip_and_step(model, optimizer, settings.max_grad_norm))
+            norm, stepped = _clip_and_step(model, optimizer, settings.max_grad_norm)
+            stats.add("train/grad_norm", norm)
+            nonfinite += not stepped
             optimizer_steps += 1
     metrics = stats.finalize()
     for key in [k for k in stats.sums if k.startswith(("loss/", "train/grad_norm"))]:
@@ -111,6 +114,7 @@ def policy_update(
     metrics.update(
         {
             "train/optimizer_steps": float(optimizer_steps),
+            "train/nonfinite_skipped": float(nonfinite),
             "train/skipped_rows": float(skipped),
             # Estimated from the measured cost per computed row.
             "time/skip_saved_s": elapsed / max(computed_rows, 1) * skipped,
@@ -156,7 +160,11 @@ def _micro_step(model, recipe, rollout, prepared, weights, nll_weights, micro, s
     return stats
 
 
-def _clip_and_step(model, optimizer, max_grad_norm: float) -> float:
+def _clip_and_step(model, optimizer, max_grad_norm: float) -> tuple[float, bool]:
+    """Clip and apply the accumulated gradient; returns (its norm, whether it was applied).
+
+    A non-finite norm (a NaN or infinite loss or gradient) is never applied: the gradient
+    is dropped and the weights and optimizer state stay as they were."""
     if all(p.grad is None for p in model.parameters()):
         # Every row of this step was skipped (zero advantages). Without the skip, backward
         # would have produced zero gradients and AdamW would still apply momentum and
@@ -169,5 +177,8 @@ def _clip_and_step(model, optimizer, max_grad_norm: float) -> float:
     if params:
         limit = max_grad_norm if max_grad_norm > 0 else float("inf")
         norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
+    if not math.isfinite(norm):
+        optimizer.zero_grad(set_to_none=True)
+        return norm, False
     optimizer.step()
-    return norm
+    return norm, True
