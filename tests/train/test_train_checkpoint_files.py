@@ -19,8 +19,9 @@ from rlvr.train.checkpoint import (
 from rlvr.train.rng_state import find_generators, load_rng_state, rng_state
 
 
-class FakePolicy:
+class FakePolicy(torch.nn.Module):
     def __init__(self, value: float) -> None:
+        super().__init__()
         self.value = value
 
     def save_pretrained(self, directory: Path) -> None:
