@@ -62,7 +62,8 @@ class Draft(NamedTuple):
     """A sampled problem before it gets a split and an id."""
 
     key: Hashable
-    """Identity of the problem's content; two drafts with equal keys are the same problem."""
+    """Identity of the problem's content; two drafts with equal keys are the same problem
+    (so a key is canonical: ``37+85`` and ``85+37`` share one), kept in one split at most."""
     prompt: str
     answer: str
     target: str

@@ -1,8 +1,11 @@
 """Properties every synthetic task must have, checked for several difficulty settings."""
 
+import re
+
 import pytest
 
-from rlvr.tasks import SPLITS, ArithmeticTask, CountdownTask, Problem
+from rlvr.tasks import SPLITS, TASKS, ArithmeticTask, CountdownTask, Problem, make_task
+from rlvr.tasks.countdown import parse_prompt
 
 SETTINGS = [
     (ArithmeticTask, {"digits": 2, "ops": "+"}),
@@ -107,7 +110,7 @@ def test_unknown_split_is_named():
 
 def test_too_small_problem_space_says_what_to_do():
     task = ArithmeticTask(digits=1, ops="+", train_size=200, dev_size=0, eval_size=0)
-    with pytest.raises(ValueError, match="only 100 distinct problems"):
+    with pytest.raises(ValueError, match="only 55 distinct problems"):
         task.problems("train")
 
 
@@ -144,3 +147,53 @@ def test_verify_with_a_foreign_problem_is_a_verdict():
     foreign = Problem("x/train/0", "Q: 1+1=? A:", "2", " \\boxed{2}")
     verdict = task.verify(foreign, " \\boxed{2}")
     assert not verdict.correct and "not a countdown prompt" in verdict.reason
+
+
+def _arithmetic_key(problem):
+    a, op, b = re.fullmatch(r"Q: ([0-9]+)([-+*])([0-9]+)=\? A:", problem.prompt).groups()
+    return (min(a, b), op, max(a, b)) if op in "+*" else (a, op, b)
+
+
+def _countdown_key(problem):
+    numbers, target = parse_prompt(problem.prompt)
+    return (tuple(sorted(numbers)), target)
+
+
+# Every registered task with the settings to check; its key maps a problem and its mirrors
+# (37+85 and 85+37; the numbers of a countdown in any order) to one value.
+LEAK_SETTINGS = {
+    "arithmetic": (
+        _arithmetic_key,
+        [{"ops": ops} for ops in ("+", "-", "*", "+-", "+*", "-*", "+-*")]
+        + [{"digits": 3, "ops": "+*"}],
+    ),
+    "countdown": (_countdown_key, [{}, {"num_count": 4, "max_number": 10}]),
+}
+
+
+def test_every_registered_task_has_a_leak_check():
+    assert set(LEAK_SETTINGS) == set(TASKS)
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [(name, options) for name, (_, settings) in LEAK_SETTINGS.items() for options in settings],
+    ids=lambda p: p if isinstance(p, str) else _ids(p),
+)
+def test_no_eval_item_or_its_mirror_is_in_train_or_dev(name, options):
+    # Default split sizes: the ones the warm start (train, dev) and RL (train, eval) use.
+    task = make_task(name, **options)
+    key = LEAK_SETTINGS[name][0]
+    keys = {split: [key(p) for p in task.problems(split)] for split in SPLITS}
+    assert not set(keys["eval"]) & (set(keys["train"]) | set(keys["dev"]))
+    assert not set(keys["dev"]) & set(keys["train"])
+    for split in SPLITS:
+        assert len(set(keys[split])) == len(keys[split]), split  # no mirror pair within a split
+
+
+def test_addition_mirror_is_the_same_problem():
+    # 1-digit addition has 10·11/2 = 55 problems up to order (0+0 .. 9+9), not 100.
+    task = ArithmeticTask(digits=1, ops="+", train_size=55, dev_size=0, eval_size=0)
+    assert len(task.problems("train")) == 55
+    with pytest.raises(ValueError, match="only 55 distinct problems"):
+        ArithmeticTask(digits=1, ops="+", train_size=56, dev_size=0, eval_size=0).problems("dev")
