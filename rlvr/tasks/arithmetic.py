@@ -112,6 +112,12 @@ class ArithmeticTask(SyntheticTask):
         return check_integer_answer(problem.answer, completion, self.answer_format)
 
     @property
+    def longest_target_chars(self) -> int:
+        # 99+99=198 and 10-99=-89 take digits+1 characters, 99*99=9801 takes 2·digits.
+        answer = max(self.digits + 1 if op in "+-" else 2 * self.digits for op in self.ops)
+        return len(" " + format_answer("9" * answer, self.answer_format))
+
+    @property
     def alphabet(self) -> str:
         return alphabet_of(
             "Q: =? A:", "0123456789-", self.ops, format_answer("", self.answer_format)

@@ -4,7 +4,15 @@ import re
 
 import pytest
 
-from rlvr.tasks import SPLITS, TASKS, ArithmeticTask, CountdownTask, Problem, make_task
+from rlvr.tasks import (
+    BUDGET_SLACK,
+    SPLITS,
+    TASKS,
+    ArithmeticTask,
+    CountdownTask,
+    Problem,
+    make_task,
+)
 from rlvr.tasks.countdown import parse_prompt
 
 SETTINGS = [
@@ -197,3 +205,20 @@ def test_addition_mirror_is_the_same_problem():
     assert len(task.problems("train")) == 55
     with pytest.raises(ValueError, match="only 55 distinct problems"):
         ArithmeticTask(digits=1, ops="+", train_size=56, dev_size=0, eval_size=0).problems("dev")
+
+
+@pytest.mark.parametrize(("cls", "options"), SETTINGS, ids=_ids)
+def test_reference_completions_fit_the_default_budget(cls, options):
+    task = cls(**options, **SIZES)
+    longest = max(len(p.target) for split in SPLITS for p in task.problems(split))
+    assert longest <= task.longest_target_chars
+    assert longest + 1 + BUDGET_SLACK <= task.default_max_new_tokens  # answer, EOS, slack
+
+
+def test_default_budgets_by_hand():
+    # " \boxed{198}" is 12 characters, + EOS + 4 of slack = 17.
+    assert ArithmeticTask().default_max_new_tokens == 17
+    # " \boxed{(25-24)*23}" is 9 + 10 = 19 characters, + EOS + 4 = 24.
+    assert CountdownTask().default_max_new_tokens == 24
+    # " <answer>-999</answer>" (3-digit subtraction) is 22 characters, + EOS + 4 = 27.
+    assert ArithmeticTask(digits=3, ops="-", answer_format="tagged").default_max_new_tokens == 27
