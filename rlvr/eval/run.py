@@ -19,14 +19,28 @@ def evaluate_model(
     size: int = 0,
     samples: int = 1,
     temperature: float = 1.0,
-    max_new_tokens: int = 14,
+    max_new_tokens: int | None = None,
     seed: int = 0,
 ) -> dict[str, float]:
     """Metrics of `model` ('embedded', a directory such as runs/demo/checkpoint/policy, or
-    a hub id) on the first `size` problems of `split` (0: all)."""
+    a hub id) on the first `size` problems of `split` (0: all), with a response budget of
+    `max_new_tokens` (None: the task's default)."""
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is not valid; choose one of: {', '.join(SPLITS)}")
     task = make_task(task_name, **task_options)
+    available = task.split_size(split)
+    _check_count("size", size, 0, f"the {available} problems of split {split!r}; 0: all")
+    if size > available:
+        raise ValueError(
+            f"size={size} exceeds the {available} problems of split {split!r}; "
+            f"use 1 to {available}, or 0 for all"
+        )
+    _check_count("samples", samples, 1, "samples per problem")
+    if max_new_tokens is None:
+        max_new_tokens = task.default_max_new_tokens
+    _check_count("max_new_tokens", max_new_tokens, 1, "tokens per response")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
     policy, tokenizer, _ = load_policy(model, task_name, task_options, 0)
     problems = task.problems(split)
     problems = problems[:size] if size else problems
@@ -39,4 +53,13 @@ def evaluate_model(
         max_new_tokens=max_new_tokens,
         seed=seed,
     )
-    return {"eval/items": float(len(problems)), **result.metrics}
+    return {
+        "eval/items": float(len(problems)),
+        "eval/max_new_tokens": float(max_new_tokens),
+        **result.metrics,
+    }
+
+
+def _check_count(name: str, value: object, low: int, meaning: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer ≥ {low} ({meaning}), got {value!r}")

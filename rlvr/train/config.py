@@ -15,7 +15,15 @@ from typing import Any
 import yaml
 
 from rlvr.algo.fields_check import check_field_types
-from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
+from rlvr.algo.recipes import (
+    ADVANTAGES,
+    GROUP_BASELINE_ADVANTAGES,
+    RECIPES,
+    Recipe,
+    get_recipe,
+    recipe_fields,
+)
+from rlvr.tasks import make_task
 
 
 def _doc(text: str, default: Any) -> Any:
@@ -39,12 +47,18 @@ class TrainConfig:
     )
     prompts_per_step: int = _doc("prompt groups per rollout batch", 16)
     group_size: int = _doc("responses sampled per prompt (G)", 8)
-    max_new_tokens: int = _doc("response budget in tokens (L_max)", 14)
+    max_new_tokens: int | None = _doc(
+        "response budget in tokens (L_max); null: the task's default, which fits its longest "
+        "reference answer, EOS and 4 tokens of slack (arithmetic 2-digit +: 17, countdown: 24)",
+        None,
+    )
     temperature: float = _doc("sampling temperature for training rollouts", 1.0)
     top_p: float = _doc("nucleus sampling for training rollouts", 1.0)
     lr: float = _doc("policy learning rate (AdamW)", 1e-4)
     weight_decay: float = _doc("AdamW weight decay", 0.0)
-    max_grad_norm: float = _doc("gradient clipping by global norm; 0 disables", 1.0)
+    max_grad_norm: float = _doc(
+        "clip the gradient's global norm to this (> 0); exactly 0 disables clipping", 1.0
+    )
     num_minibatches: int = _doc("optimizer steps per rollout batch (off-policy updates)", 1)
     ppo_epochs: int = _doc("passes over each rollout batch", 1)
     micro_batch_size: int = _doc("rows per forward/backward (gradient accumulation)", 64)
@@ -61,6 +75,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        task = make_task(self.task, **self.task_options)  # unknown task or options: named
+        if self.max_new_tokens is None:
+            object.__setattr__(self, "max_new_tokens", task.default_max_new_tokens)
         positive = (
             "steps",
             "prompts_per_step",
@@ -89,9 +106,21 @@ class TrainConfig:
                 f"num_minibatches={self.num_minibatches} exceeds prompts_per_step="
                 f"{self.prompts_per_step}: minibatches are split by prompt group"
             )
-        for name in ("save_every", "eval_size"):
+        for name in ("save_every", "eval_size", "weight_decay"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)!r}")
+        if self.max_grad_norm < 0:
+            raise ValueError(
+                f"max_grad_norm must be > 0 (clip the gradient's global norm to it) or 0 "
+                f"(no clipping), got {self.max_grad_norm!r}"
+            )
+        eval_items = task.split_size("eval")
+        if self.eval_size > eval_items:
+            raise ValueError(
+                f"eval_size={self.eval_size} exceeds the {eval_items} problems of the task's "
+                f"eval split; use at most {eval_items}, 0 for all, or raise "
+                f"task_options.eval_size"
+            )
         if not 0.0 <= self.warm_target <= 1.0:
             raise ValueError(f"warm_target must be in [0, 1], got {self.warm_target!r}")
         if self.think_budget is not None and self.think_budget < 1:
@@ -99,6 +128,7 @@ class TrainConfig:
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe={self.recipe!r} is unknown; valid: {', '.join(RECIPES)}")
         recipe = self.build_recipe()  # validates the overrides
+        _check_group_size(self.group_size, recipe)
         if recipe.overlong_penalty and recipe.overlong_cache > self.max_new_tokens:
             raise ValueError(
                 f"overlong_cache={recipe.overlong_cache} exceeds max_new_tokens="
@@ -116,6 +146,18 @@ class TrainConfig:
         recipe.pop("name")
         recipe.pop("source")
         return {**data, **recipe}
+
+
+def _check_group_size(group_size: int, recipe: Recipe) -> None:
+    """A baseline from the group's own responses needs a group of at least two."""
+    if group_size < 2 and recipe.advantage in GROUP_BASELINE_ADVANTAGES:
+        others = [a for a in ADVANTAGES if a not in GROUP_BASELINE_ADVANTAGES]
+        raise ValueError(
+            f"group_size={group_size} trains nothing with advantage={recipe.advantage!r} "
+            f"(recipe {recipe.name!r}): its baseline is the mean of the prompt's own group, "
+            f"so every advantage is 0; use group_size ≥ 2, or an advantage that does not "
+            f"compare within a group ({', '.join(others)})"
+        )
 
 
 TRAIN_KEYS = {f.name for f in fields(TrainConfig)} - {"overrides"}
