@@ -175,6 +175,7 @@ def test_train_budget_defaults_to_the_task_budget():
         ({"weight_decay": -0.1}, "weight_decay must be ≥ 0"),
         ({"eval_size": 301}, "eval_size=301 exceeds the 300 problems"),
         ({"task_options": {"digitz": 3}}, "unknown option 'digitz'"),
+        ({"model": "some/model", "warm_target": 0.5}, "warm_target=0.5 only applies to"),
     ],
 )
 def test_settings_that_cannot_train_are_rejected(values, message):

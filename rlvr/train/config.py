@@ -129,6 +129,7 @@ class TrainConfig:
             raise ValueError(f"recipe={self.recipe!r} is unknown; valid: {', '.join(RECIPES)}")
         recipe = self.build_recipe()  # validates the overrides
         _check_group_size(self.group_size, recipe)
+        _check_warm_start_fields(self)
         if recipe.overlong_penalty and recipe.overlong_cache > self.max_new_tokens:
             raise ValueError(
                 f"overlong_cache={recipe.overlong_cache} exceeds max_new_tokens="
@@ -146,6 +147,18 @@ class TrainConfig:
         recipe.pop("name")
         recipe.pop("source")
         return {**data, **recipe}
+
+
+def _check_warm_start_fields(cfg: TrainConfig) -> None:
+    """The warm start builds only the embedded model: its settings would be ignored."""
+    if cfg.model == "embedded":
+        return
+    for f in fields(cfg):
+        if f.name.startswith("warm_") and getattr(cfg, f.name) != f.default:
+            raise ValueError(
+                f"{f.name}={getattr(cfg, f.name)!r} only applies to model='embedded' (the "
+                f"warm start), not model={cfg.model!r}; remove it"
+            )
 
 
 def _check_group_size(group_size: int, recipe: Recipe) -> None:
