@@ -1,7 +1,8 @@
 """Seconds per training step by phase, per recipe, and what zero-advantage skipping saves.
 
-Every row runs the same embedded setting as `make demo` (16 prompts × 8 samples, ≤ 14
-tokens) for a few steps after a warm-up step, in one process, one after another:
+Every row runs the same embedded setting as `make demo` (16 prompts × 8 samples, ≤ 17
+tokens: the task's default budget) for a few steps after a warm-up step, in one process,
+one after another:
   - recipes grpo, dr_grpo, dapo, gspo, cispo, ppo: s/step, rollout vs train seconds;
   - gspo with and without `zero_adv_skip`: train seconds and their ratio (the gradient is
     identical by construction; tests/algo prove it).

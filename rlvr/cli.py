@@ -244,22 +244,32 @@ def cmd_evalsize(args: argparse.Namespace) -> int:
     return 0
 
 
+def eval_task_options(sets: Sequence[str]) -> dict:
+    """Task options from `--set KEY=VALUE` or `--set task_options.KEY=VALUE` (the train
+    spelling); anything that is not a task option is rejected later by name."""
+    from rlvr.train.config import apply_override
+
+    options: dict = {}
+    for assignment in sets:
+        apply_override(options, assignment)
+    nested = options.pop("task_options", {})
+    if not isinstance(nested, dict):
+        raise ValueError(f"--set task_options expects task_options.KEY=VALUE, got {nested!r}")
+    return {**nested, **options}
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from rlvr.cli_eval_k import cmd_eval_k, wants_k
 
     if wants_k(args):  # --k / --data: pass@k evaluation of any model and task
         return cmd_eval_k(args)
     from rlvr.eval.run import evaluate_model
-    from rlvr.train.config import apply_override
 
-    options: dict = {}
     try:
-        for assignment in args.set:
-            apply_override(options, assignment)
         metrics = evaluate_model(
             args.model,
             args.task,
-            options.get("task_options", {}),
+            eval_task_options(args.set),
             split=args.split,
             size=args.size,
             samples=args.samples,
@@ -345,14 +355,20 @@ def _add_eval(sub) -> None:
         "--set",
         action="append",
         default=[],
-        metavar="task_options.KEY=VALUE",
-        help="task option, e.g. --set task_options.digits=3 (repeatable)",
+        metavar="KEY=VALUE",
+        help="task option, e.g. --set digits=3 or --set task_options.digits=3 (repeatable); "
+        "must match the options the model was trained with",
     )
     p.add_argument("--split", default="eval", help="train, dev or eval")
-    p.add_argument("--size", type=int, default=0, help="first N problems (0: all)")
+    p.add_argument("--size", type=int, default=0, help="first N problems, N ≥ 1 (0: all)")
     p.add_argument("--samples", type=int, default=1, help="samples per problem (avg@k, pass@k)")
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--max-new-tokens", type=int, default=14)
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="response budget in tokens (default: the task's, which fits its answers)",
+    )
     p.add_argument("--seed", type=int, default=0)
     from rlvr.cli_eval_k import add_k_arguments
 

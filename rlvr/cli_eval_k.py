@@ -60,26 +60,24 @@ def _engine(args, policy, tokenizer, engine_options):
 def evaluate_from_args(args: argparse.Namespace) -> dict[str, float]:
     """Load the model and task the arguments name and run `evaluate_k`."""
     from rlvr.eval.bench import KSettings, evaluate_k
+    from rlvr.eval.run import response_budget, select_problems
     from rlvr.models import load_policy
     from rlvr.models.hf_policy import chat_formatted, prepare_policy
     from rlvr.models.policy_options import PolicyOptions
-    from rlvr.tasks import SPLITS, make_task
+    from rlvr.tasks import make_task
 
     options = _options(args)
-    if args.split not in SPLITS:
-        raise ValueError(f"split={args.split!r} is not valid; choose one of: {', '.join(SPLITS)}")
     task = make_task(args.task, **options["task_options"])
     policy, tokenizer, _ = load_policy(args.model, args.task, options["task_options"], 0)
     if args.model != "embedded":
         policy_options = PolicyOptions.from_dict(options.get("policy"))
         policy, _ = prepare_policy(policy, policy_options)
         task = chat_formatted(task, tokenizer, policy_options)
-    problems = task.problems(args.split)
-    problems = problems[: args.size] if args.size and args.size > 0 else problems
+    policy.eval()  # dropout off
+    problems = select_problems(task, args.split, args.size)
     k = args.k if args.k is not None else args.samples
-    settings = KSettings(
-        k, args.temperature, args.top_p, args.max_new_tokens, args.seed, args.batch_size
-    )
+    budget = response_budget(task, args.max_new_tokens)
+    settings = KSettings(k, args.temperature, args.top_p, budget, args.seed, args.batch_size)
     engine = _engine(args, policy, tokenizer, options.get("engine_options", {}))
     return evaluate_k(engine, task, problems, settings, args.items)
 

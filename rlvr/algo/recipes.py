@@ -28,6 +28,10 @@ ADVANTAGES = (
 )
 CRITIC_ADVANTAGES = frozenset({"gae", "vapo_gae"})
 TOKEN_REWARD_ADVANTAGES = frozenset({"reinforce_pp", "gae", "vapo_gae"})
+# Baselines from the prompt's own group: a group of one gets Â = 0 (nothing to learn).
+GROUP_BASELINE_ADVANTAGES = frozenset(
+    {"group_norm", "group_mean", "rloo", "batch_norm", "reinforce_pp_baseline"}
+)
 
 
 def _doc(text: str, default: object) -> object:

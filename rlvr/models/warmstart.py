@@ -5,6 +5,13 @@ tokens and EOS, never the prompt) until its *sampled* accuracy on the dev split 
 `target_accuracy`. Stopping on accuracy rather than a step count matters: on 2-digit
 addition the accuracy jumps from ~0 to 20–40 % at a seed-dependent step. The result is
 cached on disk, keyed by everything that determines it.
+
+The result depends on the settings alone, not on the process that builds it: training
+runs with one torch thread (the thread count changes the order of float reductions, and
+a stochastic dev gate turns a last-bit difference into a different stopping step), and
+each dev evaluation samples with a generator seeded afresh, so its score is a function
+of the weights. Bitwise equality across machines with different CPU instruction sets or
+torch builds is not promised.
 """
 
 from __future__ import annotations
@@ -34,9 +41,14 @@ from rlvr.models.tiny import ATTN_IMPLEMENTATION, build_tiny_policy, tiny_qwen2_
 from rlvr.models.tokenizer import CharTokenizer
 from rlvr.tasks import TASKS, Problem, Task, make_task
 
-FORMAT_VERSION = 1
-"""Bump when the training procedure changes, so stale caches are not reused."""
+FORMAT_VERSION = 2
+"""Bump when the training procedure or its data changes, so stale caches are not reused.
+2: one torch thread, dev evaluation re-seeded per check, arithmetic mirrors deduplicated."""
 META_FILE = "meta.json"
+TRAIN_THREADS = 1
+"""torch intra-op threads while training: fixed, so the float results do not vary."""
+DEV_SEED_OFFSET = 7_919
+"""Dev sampling seed is `seed + DEV_SEED_OFFSET`, apart from the batch-order seed."""
 
 
 def cache_root(cache_dir: str | Path | None = None) -> Path:
@@ -100,7 +112,8 @@ def _train_and_cache(path, task_name, task_options, seed, settings, progress):
     tokenizer.encode(task.alphabet)  # fail now, naming the character, if the task needs more
     model = build_tiny_policy(tiny_qwen2_config(**settings["model"]), seed)
     started = time.perf_counter()
-    steps, accuracy = _train(model, tokenizer, task, settings, progress)
+    with torch_threads(TRAIN_THREADS):
+        steps, accuracy = _train(model, tokenizer, task, settings, progress)
     info = {
         "steps": steps,
         "dev_accuracy": accuracy,
@@ -163,32 +176,73 @@ def _settings(
     }
 
 
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """Run the block with `count` torch intra-op threads, then restore the caller's count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _train(model, tokenizer, task: Task, settings: dict, progress: bool) -> tuple[int, float]:
-    """AdamW on the target + EOS cross-entropy; returns (steps taken, last dev accuracy)."""
+    """AdamW on the target + EOS cross-entropy; returns (steps taken, last dev accuracy).
+
+    Trains on the task's train split and gates on its dev split, never on eval."""
     seed, max_steps, every = settings["seed"], settings["max_steps"], settings["eval_every"]
     train, dev = task.problems("train"), task.problems("dev")
     if not train or not dev:
         raise ValueError(f"warm start needs non-empty train and dev splits of {task.name!r}")
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings["lr"])
     batches = _batches(train, settings["batch_size"], random.Random(seed))
-    sample_generator = torch.Generator().manual_seed(seed)
     max_new_tokens = max(len(tokenizer.encode(p.target)) for p in dev) + 4
-    show = progress and sys.stderr.isatty()
+    report = _Progress(f"warm start {task.name}", max_steps, progress)
     model.train()
     accuracy, step = 0.0, 0
-    with tqdm(total=max_steps, desc=f"warm start {task.name}", disable=not show) as bar:
+    with report:
         while step < max_steps:
             loss = _train_step(model, tokenizer, next(batches), optimizer)
             step += 1
-            bar.update(1)
+            report.step()
             if step % every == 0 or step == max_steps:
-                accuracy = dev_accuracy(
-                    model, tokenizer, task, dev, sample_generator, max_new_tokens
-                )
-                bar.set_postfix(loss=f"{loss:.3f}", dev_acc=f"{accuracy:.3f}")
+                generator = torch.Generator().manual_seed(seed + DEV_SEED_OFFSET)
+                accuracy = dev_accuracy(model, tokenizer, task, dev, generator, max_new_tokens)
+                report.check(step, loss, accuracy)
                 if accuracy >= settings["target_accuracy"]:
                     break
     return step, accuracy
+
+
+class _Progress:
+    """A bar on a terminal; elsewhere (logs, CI, pipes) one plain line per dev check."""
+
+    def __init__(self, desc: str, total: int, enabled: bool) -> None:
+        self.desc, self.total, self.enabled = desc, total, enabled
+        self.lines = enabled and not sys.stderr.isatty()
+        self.bar = tqdm(total=total, desc=desc, disable=not enabled or self.lines)
+        self.started = time.perf_counter()
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
+
+    def step(self) -> None:
+        self.bar.update(1)
+
+    def check(self, step: int, loss: float, accuracy: float) -> None:
+        self.bar.set_postfix(loss=f"{loss:.3f}", dev_acc=f"{accuracy:.3f}")
+        if self.lines:
+            elapsed = time.perf_counter() - self.started
+            print(
+                f"{self.desc}: step {step}/{self.total} loss {loss:.3f} "
+                f"dev_acc {accuracy:.3f} elapsed {elapsed:.0f}s",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _batches(problems: list[Problem], batch_size: int, rng: random.Random):
@@ -233,8 +287,6 @@ def dev_accuracy(
     # Imported here: rollout sits above models in the dependency order (and imports it).
     from rlvr.rollout.base import SamplingParams
     from rlvr.rollout.hf_engine import HFEngine
-
-    # Imported here because rollout sits above models in the dependency order.
 
     params = SamplingParams(group_size=1, temperature=1.0, max_new_tokens=max_new_tokens)
     generation = HFEngine(model, tokenizer).generate(

@@ -47,6 +47,12 @@ def check_integer_answer(expected: str, completion: str, answer_format: str) -> 
     return Verdict(correct, True, extracted, reason=reason)
 
 
+def content_key(a: int, op: str, b: int) -> tuple[int, str, int]:
+    """What makes two problems the same: ``85+37`` and ``37+85`` share a key, so a problem
+    and its mirror never land in different splits (an eval item seen in training)."""
+    return (min(a, b), op, max(a, b)) if op in "+*" else (a, op, b)
+
+
 class ArithmeticTask(SyntheticTask):
     """``a op b`` with ``digits``-digit operands; see the module docstring for scoring."""
 
@@ -58,7 +64,7 @@ class ArithmeticTask(SyntheticTask):
         ops: str = "+",
         seed: int = 0,
         answer_format: str = "boxed",
-        train_size: int = 5000,
+        train_size: int = 3000,
         dev_size: int = 200,
         eval_size: int = 300,
     ) -> None:
@@ -69,7 +75,9 @@ class ArithmeticTask(SyntheticTask):
             seed: the only source of randomness for the splits.
             answer_format: ``"boxed"`` (`` \\boxed{122}``) or ``"tagged"``
                 (`` <answer>122</answer>``).
-            train_size, dev_size, eval_size: problems per split.
+            train_size, dev_size, eval_size: problems per split. Problems are distinct up
+                to the order of a commutative operation (``85+37`` is ``37+85``), so
+                2-digit addition has 90·91/2 = 4095 of them; the default sizes fit.
         """
         super().__init__(seed, train_size, dev_size, eval_size)
         if (
@@ -96,10 +104,18 @@ class ArithmeticTask(SyntheticTask):
         value = a + b if op == "+" else a - b if op == "-" else a * b
         answer = str(value)
         prompt = f"Q: {a}{op}{b}=? A:"
-        return Draft((a, op, b), prompt, answer, " " + format_answer(answer, self.answer_format))
+        return Draft(
+            content_key(a, op, b), prompt, answer, " " + format_answer(answer, self.answer_format)
+        )
 
     def check(self, problem: Problem, completion: str) -> Verdict:
         return check_integer_answer(problem.answer, completion, self.answer_format)
+
+    @property
+    def longest_target_chars(self) -> int:
+        # 99+99=198 and 10-99=-89 take digits+1 characters, 99*99=9801 takes 2·digits.
+        answer = max(self.digits + 1 if op in "+-" else 2 * self.digits for op in self.ops)
+        return len(" " + format_answer("9" * answer, self.answer_format))
 
     @property
     def alphabet(self) -> str:

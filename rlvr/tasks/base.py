@@ -18,6 +18,10 @@ from typing import NamedTuple
 from rlvr.verify import Verdict, safe_verify
 
 SPLITS = ("train", "dev", "eval")
+BUDGET_SLACK = 4
+"""Tokens a task's default budget leaves after its longest reference answer and EOS: room
+for a near-miss to finish, and for a soft overlong ramp of up to 4 tokens (DAPO's default
+`overlong_cache`) to start only after every correct answer has ended."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,22 @@ class Task(ABC):
     def alphabet(self) -> str:
         """Every character that can appear in a prompt or target, sorted, no repeats."""
 
+    def split_size(self, split: str) -> int:
+        """How many problems ``split`` holds."""
+        return len(self.problems(split))
+
+    @property
+    @abstractmethod
+    def longest_target_chars(self) -> int:
+        """An upper bound on the characters of any problem's ideal completion (``target``)."""
+
+    @property
+    def default_max_new_tokens(self) -> int:
+        """The response budget used when none is configured: the longest reference answer,
+        its EOS and ``BUDGET_SLACK``. Counted in characters, which is exact for the
+        embedded character tokenizer and an upper bound for subword tokenizers."""
+        return self.longest_target_chars + 1 + BUDGET_SLACK
+
     def verify(self, problem: Problem, completion: str) -> Verdict:
         """Score a completion; any exception or time-out becomes a failed Verdict."""
         return safe_verify(self.check, problem, completion, timeout_s=self.verify_timeout_s)
@@ -62,7 +82,8 @@ class Draft(NamedTuple):
     """A sampled problem before it gets a split and an id."""
 
     key: Hashable
-    """Identity of the problem's content; two drafts with equal keys are the same problem."""
+    """Identity of the problem's content; two drafts with equal keys are the same problem
+    (so a key is canonical: ``37+85`` and ``85+37`` share one), kept in one split at most."""
     prompt: str
     answer: str
     target: str
@@ -97,6 +118,10 @@ class SyntheticTask(Task):
             "train": check_size("train_size", train_size),
         }
         self._splits: dict[str, list[Problem]] | None = None
+
+    def split_size(self, split: str) -> int:
+        check_split(split)
+        return self.sizes[split]  # without drawing the problems
 
     @abstractmethod
     def sample(self, rng: random.Random) -> Draft:

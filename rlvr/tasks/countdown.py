@@ -141,5 +141,13 @@ class CountdownTask(SyntheticTask):
         return Verdict(True, True, extracted, reason="correct")
 
     @property
+    def longest_target_chars(self) -> int:
+        # Every number, one operator between neighbours, and at most one pair of parentheses
+        # around each of the num_count-2 inner nodes of the expression tree (never a leaf).
+        count = self.num_count
+        expression = count * len(str(self.max_number)) + (count - 1) + 2 * (count - 2)
+        return len(" \\boxed{}") + expression
+
+    @property
     def alphabet(self) -> str:
         return alphabet_of("Q: -> A:", "0123456789", "+-*/()", "\\boxed{}")

@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.tasks.base import Problem, Task, check_size, check_split
+from rlvr.tasks.base import SPLITS, Problem, Task, check_size, check_split
 from rlvr.tasks.data_loading import DataSource, Row, get_field, is_missing, read_rows
 from rlvr.verify import Verdict, check
 from rlvr.verify.checkers import CHECKERS
@@ -26,6 +26,9 @@ from rlvr.verify.extract import extract_boxed
 from rlvr.verify.math_answers import aime_integer, gsm8k_gold, parse_number
 
 MAX_REPORTED_ROWS = 20
+REASONING_BUDGET = 1024
+"""Default response budget of a dataset task: a model reasons before its final answer, so
+the reference's length says little about the response's; configs set their own."""
 
 
 @dataclass(frozen=True)
@@ -207,22 +210,32 @@ class DatasetTask(Task):
         rows = self._problems_of(self.source, (self.prompt_field, self.answer_field))
         if self.eval_only:
             return self._named({"train": [], "dev": [], "eval": rows})
-        order = list(range(len(rows)))
+        # Split by prompt, not by row: copies of one prompt (dedupe off) share a split, so
+        # no eval item is also a training or dev item.
+        keys = list(dict.fromkeys(_key(r.prompt) for r in rows))
+        order = list(range(len(keys)))
         random.Random(self.seed).shuffle(order)
         held_eval = 0 if self.eval_source is not None else self.eval_size
         needed = self.dev_size + held_eval
-        if needed >= len(rows):
+        if needed >= len(keys):
             raise ValueError(
-                f"{self.source.describe()} has {len(rows)} valid rows, too few to hold out "
-                f"dev_size={self.dev_size} + eval_size={held_eval} and keep any for training"
+                f"{self.source.describe()} has {len(keys)} distinct valid prompts, too few to "
+                f"hold out dev_size={self.dev_size} + eval_size={held_eval} and keep any for "
+                "training"
             )
-        eval_rows = [rows[i] for i in order[:held_eval]]
-        dev_rows = [rows[i] for i in order[held_eval:needed]]
-        held = set(order[:needed])
-        train_rows = [r for i, r in enumerate(rows) if i not in held]
+        split_of = {keys[i]: "eval" for i in order[:held_eval]}
+        split_of.update({keys[i]: "dev" for i in order[held_eval:needed]})
+        by_split: dict[str, list[DataProblem]] = {"train": [], "dev": [], "eval": []}
+        for row in rows:
+            by_split[split_of.get(_key(row.prompt), "train")].append(row)
+        train_rows, dev_rows, eval_rows = by_split["train"], by_split["dev"], by_split["eval"]
         if self.eval_source is not None:
             eval_rows = self._problems_of(self.eval_source, self.eval_fields)
             eval_rows = eval_rows[: self.eval_size] if self.eval_size else eval_rows
+            # No eval item may be trained on or gate anything: drop its copies elsewhere.
+            held_out = {_key(p.prompt) for p in eval_rows}
+            train_rows = [p for p in train_rows if _key(p.prompt) not in held_out]
+            dev_rows = [p for p in dev_rows if _key(p.prompt) not in held_out]
         return self._named({"train": train_rows, "dev": dev_rows, "eval": eval_rows})
 
     def _named(self, splits: dict[str, list[DataProblem]]) -> dict[str, list[DataProblem]]:
@@ -242,6 +255,14 @@ class DatasetTask(Task):
     def verify(self, problem: Problem, completion: str) -> Verdict:
         """``rlvr.verify.check`` already applies the time limit and never raises."""
         return self.check(problem, completion)
+
+    @property
+    def longest_target_chars(self) -> int:
+        return max((len(p.target) for s in SPLITS for p in self.problems(s)), default=0)
+
+    @property
+    def default_max_new_tokens(self) -> int:
+        return REASONING_BUDGET
 
     @property
     def alphabet(self) -> str:

@@ -15,7 +15,15 @@ from typing import Any
 import yaml
 
 from rlvr.algo.fields_check import check_field_types
-from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
+from rlvr.algo.recipes import (
+    ADVANTAGES,
+    GROUP_BASELINE_ADVANTAGES,
+    RECIPES,
+    Recipe,
+    get_recipe,
+    recipe_fields,
+)
+from rlvr.tasks import make_task
 from rlvr.train.hf_setup import check_options as check_hf_options
 
 
@@ -42,12 +50,19 @@ class TrainConfig:
     )
     prompts_per_step: int = _doc("prompt groups per rollout batch", 16)
     group_size: int = _doc("responses sampled per prompt (G)", 8)
-    max_new_tokens: int = _doc("response budget in tokens (L_max)", 14)
+    max_new_tokens: int | None = _doc(
+        "response budget in tokens (L_max); null: the task's default, which fits its longest "
+        "reference answer, EOS and 4 tokens of slack (arithmetic 2-digit +: 17, countdown: 24; "
+        "dataset tasks: 1024)",
+        None,
+    )
     temperature: float = _doc("sampling temperature for training rollouts", 1.0)
     top_p: float = _doc("nucleus sampling for training rollouts and sampled evaluation", 1.0)
     lr: float = _doc("policy learning rate (AdamW)", 1e-4)
     weight_decay: float = _doc("AdamW weight decay", 0.0)
-    max_grad_norm: float = _doc("gradient clipping by global norm; 0 disables", 1.0)
+    max_grad_norm: float = _doc(
+        "clip the gradient's global norm to this (> 0); exactly 0 disables clipping", 1.0
+    )
     num_minibatches: int = _doc("optimizer steps per rollout batch (off-policy updates)", 1)
     ppo_epochs: int = _doc("passes over each rollout batch", 1)
     micro_batch_size: int = _doc("rows per forward/backward (gradient accumulation)", 64)
@@ -89,6 +104,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        task = make_task(self.task, **self.task_options)  # unknown task or options: named
+        if self.max_new_tokens is None:
+            object.__setattr__(self, "max_new_tokens", task.default_max_new_tokens)
         positive = (
             "steps",
             "prompts_per_step",
@@ -124,6 +142,18 @@ class TrainConfig:
         for name in ("save_every", "eval_size"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)!r}")
+        if self.max_grad_norm < 0:
+            raise ValueError(
+                f"max_grad_norm must be > 0 (clip the gradient's global norm to it) or 0 "
+                f"(no clipping), got {self.max_grad_norm!r}"
+            )
+        eval_items = task.split_size("eval")
+        if self.eval_size > eval_items:
+            raise ValueError(
+                f"eval_size={self.eval_size} exceeds the {eval_items} problems of the task's "
+                f"eval split; use at most {eval_items}, 0 for all, or raise "
+                f"task_options.eval_size"
+            )
         if not 0.0 <= self.warm_target <= 1.0:
             raise ValueError(f"warm_target must be in [0, 1], got {self.warm_target!r}")
         if self.think_budget is not None and self.think_budget < 1:
@@ -133,6 +163,8 @@ class TrainConfig:
             raise ValueError(f"recipe={self.recipe!r} is unknown; valid: {', '.join(RECIPES)}")
         recipe = self.build_recipe()  # validates the overrides
         check_hf_options(self)
+        _check_group_size(self.group_size, recipe)
+        _check_warm_start_fields(self)
         if recipe.overlong_penalty and recipe.overlong_cache > self.max_new_tokens:
             raise ValueError(
                 f"overlong_cache={recipe.overlong_cache} exceeds max_new_tokens="
@@ -161,6 +193,30 @@ class TrainConfig:
         recipe.pop("name")
         recipe.pop("source")
         return {**data, **recipe}
+
+
+def _check_warm_start_fields(cfg: TrainConfig) -> None:
+    """The warm start builds only the embedded model: its settings would be ignored."""
+    if cfg.model == "embedded":
+        return
+    for f in fields(cfg):
+        if f.name.startswith("warm_") and getattr(cfg, f.name) != f.default:
+            raise ValueError(
+                f"{f.name}={getattr(cfg, f.name)!r} only applies to model='embedded' (the "
+                f"warm start), not model={cfg.model!r}; remove it"
+            )
+
+
+def _check_group_size(group_size: int, recipe: Recipe) -> None:
+    """A baseline from the group's own responses needs a group of at least two."""
+    if group_size < 2 and recipe.advantage in GROUP_BASELINE_ADVANTAGES:
+        others = [a for a in ADVANTAGES if a not in GROUP_BASELINE_ADVANTAGES]
+        raise ValueError(
+            f"group_size={group_size} trains nothing with advantage={recipe.advantage!r} "
+            f"(recipe {recipe.name!r}): its baseline is the mean of the prompt's own group, "
+            f"so every advantage is 0; use group_size ≥ 2, or an advantage that does not "
+            f"compare within a group ({', '.join(others)})"
+        )
 
 
 TRAIN_KEYS = {f.name for f in fields(TrainConfig)} - {"overrides"}

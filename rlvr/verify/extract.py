@@ -1,26 +1,41 @@
 """Pull a final answer out of an untrusted completion.
 
-Every function takes whatever the model wrote, looks only at its first
-``max_chars`` characters (hostile completions can be huge), never raises, and
-returns the answer text stripped of surrounding whitespace, or ``None`` when
-there is no answer in the expected format.
+Every function takes whatever the model wrote, never raises, and returns the answer
+text stripped of surrounding whitespace, or ``None`` when there is no answer in the
+expected format. Hostile completions can be huge, so a text longer than ``max_chars``
+is read through two windows of ``max_chars`` characters: its end first (where a final
+answer follows a long reasoning chain), then its start (an answer followed by a long
+ramble). Work is bounded by ``2 * max_chars`` whatever the length.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 MAX_INPUT_CHARS = 10_000
-"""Characters of a completion that extraction looks at; the rest is ignored."""
+"""Characters at each end of a completion that extraction looks at; the middle is ignored."""
 
 _BOXED = "\\boxed{"
 _TAG_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
-def _head(text: object, max_chars: int) -> str | None:
+def _windows(text: object, max_chars: int) -> list[str]:
+    """The text itself when short enough, else its last and then its first `max_chars`."""
     if not isinstance(text, str):
-        return None
-    return text[: max(0, max_chars)]
+        return []
+    size = max(0, max_chars)
+    if len(text) <= size:
+        return [text]
+    return [text[len(text) - size :], text[:size]] if size else []
+
+
+def _first_found(windows: list[str], extract: Callable[[str], str | None]) -> str | None:
+    for window in windows:
+        answer = extract(window)
+        if answer is not None:
+            return answer
+    return None
 
 
 def extract_boxed(text: str, max_chars: int = MAX_INPUT_CHARS) -> str | None:
@@ -31,9 +46,10 @@ def extract_boxed(text: str, max_chars: int = MAX_INPUT_CHARS) -> str | None:
     A box that never closes (a truncated generation) is skipped, and an earlier
     complete box, if any, is returned. One linear pass, no backtracking.
     """
-    head = _head(text, max_chars)
-    if head is None:
-        return None
+    return _first_found(_windows(text, max_chars), _last_boxed)
+
+
+def _last_boxed(head: str) -> str | None:
     # Each open brace pushes the index where a box's content starts, or -1 for plain braces.
     stack: list[int] = []
     last: tuple[int, int] | None = None
@@ -58,9 +74,12 @@ def extract_boxed(text: str, max_chars: int = MAX_INPUT_CHARS) -> str | None:
 
 def extract_tagged(text: str, tag: str = "answer", max_chars: int = MAX_INPUT_CHARS) -> str | None:
     """Content of the last ``<tag>...</tag>`` pair; ``None`` if there is no closed pair."""
-    head = _head(text, max_chars)
-    if head is None or not isinstance(tag, str) or not _TAG_NAME.fullmatch(tag):
+    if not isinstance(tag, str) or not _TAG_NAME.fullmatch(tag):
         return None
+    return _first_found(_windows(text, max_chars), lambda head: _last_tagged(head, tag))
+
+
+def _last_tagged(head: str, tag: str) -> str | None:
     opening, closing = f"<{tag}>", f"</{tag}>"
     end = head.rfind(closing)
     if end < 0:
@@ -78,9 +97,12 @@ def extract_final_line(
 
     ``"...\\nAnswer: 42\\n"`` gives ``"42"``; an empty remainder gives ``None``.
     """
-    head = _head(text, max_chars)
-    if head is None or not isinstance(prefix, str) or not prefix:
+    if not isinstance(prefix, str) or not prefix:
         return None
+    return _first_found(_windows(text, max_chars), lambda head: _last_line(head, prefix))
+
+
+def _last_line(head: str, prefix: str) -> str | None:
     for line in reversed(head.splitlines()):
         stripped = line.lstrip()
         if stripped.startswith(prefix):

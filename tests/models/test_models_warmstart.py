@@ -2,21 +2,25 @@
 and `load_policy` for the embedded model, local directories and bad names."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from rlvr.models import CharTokenizer, HFTokenizer, load_policy, warm_start
+from rlvr.models import CharTokenizer, HFTokenizer, load_policy, warm_start, warmstart
 from rlvr.models import tokenizer as tokenizer_module
+from rlvr.tasks import ArithmeticTask
 
 TASK = {"digits": 1, "ops": "+", "seed": 0, "train_size": 40, "dev_size": 8, "eval_size": 4}
 SMALL = {"hidden": 16, "layers": 1, "heads": 2, "kv_heads": 2, "intermediate": 32}
 REDUCED = {"max_steps": 4, "eval_every": 2, "batch_size": 8, "model_options": SMALL}
 
 
-def run(cache_dir, seed=0, **overrides):
+def run(cache_dir, seed=0, progress=False, **overrides):
     settings = {**REDUCED, "target_accuracy": 1.0, **overrides}
-    return warm_start("arithmetic", TASK, seed, cache_dir=cache_dir, progress=False, **settings)
+    return warm_start("arithmetic", TASK, seed, cache_dir=cache_dir, progress=progress, **settings)
 
 
 def same_weights(a, b):
@@ -99,3 +103,75 @@ def test_load_policy_names_a_bad_value(tmp_path):
         load_policy(str(tmp_path / "no-such-model"), "arithmetic", TASK, 0)
     with pytest.raises(ValueError, match="only apply to model='embedded'"):
         load_policy(str(tmp_path), "arithmetic", TASK, 0, max_steps=3)
+
+
+BUILD = """
+import hashlib, sys, torch
+torch.set_num_threads(int(sys.argv[1]))
+from rlvr.models import warm_start
+task = {"digits": 2, "ops": "+", "train_size": 200, "dev_size": 8, "eval_size": 4}
+model, _, _ = warm_start("arithmetic", task, 0, cache_dir=sys.argv[2], progress=False,
+                         max_steps=3, eval_every=3, target_accuracy=1.0)
+digest = hashlib.sha256()
+for tensor in model.state_dict().values():
+    digest.update(tensor.numpy().tobytes())
+print(digest.hexdigest(), torch.get_num_threads())
+"""
+
+
+def test_weights_do_not_depend_on_the_building_process_thread_count(tmp_path):
+    # The default model size: its matmuls split their reductions differently on 1 and 2
+    # threads, which moved the stopping step of the real warm start between machines.
+    outputs = []
+    for threads in (1, 2):
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        done = subprocess.run(
+            [sys.executable, "-c", BUILD, str(threads), str(tmp_path / f"cache{threads}")],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
+        outputs.append(done.stdout.split())
+    (digest1, threads1), (digest2, threads2) = outputs
+    assert digest1 == digest2
+    assert (threads1, threads2) == ("1", "2")  # the caller's thread count is restored
+
+
+def test_dev_gate_is_a_function_of_the_weights(tmp_path, monkeypatch):
+    # Every check samples with a generator seeded the same way: the same weights give the
+    # same dev accuracy at every check, so an extra check cannot move the stopping step.
+    seen = []
+    original = warmstart.dev_accuracy
+
+    def record(model, tokenizer, task, problems, generator, max_new_tokens):
+        seen.append(generator.initial_seed())
+        return original(model, tokenizer, task, problems, generator, max_new_tokens)
+
+    monkeypatch.setattr(warmstart, "dev_accuracy", record)
+    run(tmp_path, max_steps=6, eval_every=2)
+    assert seen == [warmstart.DEV_SEED_OFFSET] * 3
+
+
+def test_trains_on_train_and_gates_on_dev_never_eval(tmp_path, monkeypatch):
+    requested = []
+    original = ArithmeticTask.problems
+
+    def spy(self, split):
+        requested.append(split)
+        return original(self, split)
+
+    monkeypatch.setattr(ArithmeticTask, "problems", spy)
+    run(tmp_path)
+    assert sorted(set(requested)) == ["dev", "train"]
+
+
+def test_progress_is_printed_as_lines_off_a_terminal(tmp_path, capsys):
+    run(tmp_path, progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    # 4 steps with a check every 2: two lines, e.g. "... step 2/4 loss 4.123 dev_acc 0.000 ..."
+    assert [line.split(" loss ")[0] for line in lines] == [
+        "warm start arithmetic: step 2/4",
+        "warm start arithmetic: step 4/4",
+    ]
+    assert all(" dev_acc " in line and " elapsed " in line for line in lines)

@@ -23,7 +23,7 @@ def test_prompt_and_target_template():
 
 
 def test_one_digit_includes_zero():
-    task = ArithmeticTask(digits=1, train_size=80, dev_size=0, eval_size=0)
+    task = ArithmeticTask(digits=1, train_size=50, dev_size=0, eval_size=0)
     operands = {int(x) for p in task.problems("train") for x in p.prompt[3:-5].split("+")}
     assert min(operands) == 0 and max(operands) == 9
 
@@ -85,3 +85,12 @@ def test_tagged_verdicts():
 def test_bad_options_are_named(options, message):
     with pytest.raises(ValueError, match=message):
         ArithmeticTask(**options)
+
+
+def test_correct_box_after_100k_characters_of_reasoning_is_correct():
+    task = ArithmeticTask(train_size=1, dev_size=0, eval_size=0)
+    problem = task.problems("train")[0]
+    completion = "Let me think. " * 7_143 + f"So the answer is \\boxed{{{problem.answer}}}"
+    assert len(completion) > 100_000
+    verdict = task.verify(problem, completion)
+    assert verdict.correct and verdict.formatted, verdict

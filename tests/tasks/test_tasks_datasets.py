@@ -143,7 +143,9 @@ def test_user_dataset_with_jinja_template_and_own_columns(tmp_path):
         dev_size=2,
         eval_size=3,
     )
-    assert len(task.problems("eval")) == 3 and len(task.problems("train")) == 18
+    # the 3 eval rows are copies of training rows: they leave train/dev (20 − 3 = 17 remain)
+    assert len(task.problems("eval")) == 3
+    assert len(task.problems("train")) + len(task.problems("dev")) == 17
     p = task.problems("eval")[0]
     assert p.prompt == "[level 1] Compute 1*2 ="
     assert isinstance(p, DataProblem) and p.columns["difficulty"] == 1
@@ -212,3 +214,50 @@ def test_datasets_library_path_with_a_local_dataset_directory(tmp_path, monkeypa
     assert sorted(int(p.answer) for p in task.problems("train") + task.problems("dev")) == [
         2 * i for i in range(1, 13)
     ]
+
+
+def test_eval_file_items_are_removed_from_train_and_dev(tmp_path):
+    # P3 and P5 are in both files (P5 with other spacing and case): trained on, they would
+    # make the held-out score partly memorisation.
+    rows = [{"prompt": f"P{i}", "solution": str(i)} for i in range(9)]
+    train = write_jsonl(tmp_path / "train.jsonl", rows)
+    held = write_jsonl(
+        tmp_path / "held.jsonl",
+        [{"prompt": "P3", "solution": "3"}, {"prompt": " p5 ", "solution": "5"}],
+    )
+    task = make_task(
+        "dataset", data=train, answer_field="solution", eval_data=held, verifier="gsm8k", dev_size=2
+    )
+    used = {p.prompt for s in ("train", "dev") for p in task.problems(s)}
+    assert len(used) == 7 and not used & {"P3", "P5"}
+    assert task.default_max_new_tokens == 1024  # reasoning budget, not the answer's length
+
+
+# Dataset tasks whose own file is split into train/dev/eval (aime is eval-only: every row is
+# an eval item, nothing is trained on). tests/tasks/test_tasks_splits.py requires every
+# registered task to be checked here or there.
+DATASET_LEAK_TASKS = {
+    "gsm8k": ("question", "answer", lambda i: f"#### {i}"),
+    "math": ("problem", "answer", str),
+    "dapo_math": ("prompt", "answer", str),
+    "dataset": ("prompt", "answer", str),
+    "aime": None,
+}
+
+
+@pytest.mark.parametrize("name", [n for n, spec in DATASET_LEAK_TASKS.items() if spec])
+def test_no_eval_prompt_or_its_copy_is_in_train_or_dev(tmp_path, name):
+    prompt_field, answer_field, gold = DATASET_LEAK_TASKS[name]
+    rows = []
+    for i in range(60):  # every prompt twice, the copy in other case and spacing
+        rows.append({prompt_field: f"What is {i} plus zero?", answer_field: gold(i)})
+        rows.append({prompt_field: f"  WHAT is {i}  plus ZERO? ", answer_field: gold(i)})
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    options = {"verifier": "gsm8k"} if name == "dataset" else {}
+    extra = {"dedupe": False} if "dedupe" in task_options(name) else {}
+    fields = {"prompt_field": prompt_field, "answer_field": answer_field}
+    task = make_task(name, data=path, dev_size=10, eval_size=10, **fields, **options, **extra)
+    key = lambda p: " ".join(p.prompt.split()).lower()  # noqa: E731
+    evals = {key(p) for p in task.problems("eval")}
+    used = {key(p) for s in ("train", "dev") for p in task.problems(s)}
+    assert len(evals) == 10 and len(used) == 50 and not evals & used

@@ -1,8 +1,19 @@
 """Properties every synthetic task must have, checked for several difficulty settings."""
 
+import re
+
 import pytest
 
-from rlvr.tasks import SPLITS, ArithmeticTask, CountdownTask, Problem
+from rlvr.tasks import (
+    BUDGET_SLACK,
+    SPLITS,
+    TASKS,
+    ArithmeticTask,
+    CountdownTask,
+    Problem,
+    make_task,
+)
+from rlvr.tasks.countdown import parse_prompt
 
 SETTINGS = [
     (ArithmeticTask, {"digits": 2, "ops": "+"}),
@@ -107,7 +118,7 @@ def test_unknown_split_is_named():
 
 def test_too_small_problem_space_says_what_to_do():
     task = ArithmeticTask(digits=1, ops="+", train_size=200, dev_size=0, eval_size=0)
-    with pytest.raises(ValueError, match="only 100 distinct problems"):
+    with pytest.raises(ValueError, match="only 55 distinct problems"):
         task.problems("train")
 
 
@@ -144,3 +155,72 @@ def test_verify_with_a_foreign_problem_is_a_verdict():
     foreign = Problem("x/train/0", "Q: 1+1=? A:", "2", " \\boxed{2}")
     verdict = task.verify(foreign, " \\boxed{2}")
     assert not verdict.correct and "not a countdown prompt" in verdict.reason
+
+
+def _arithmetic_key(problem):
+    a, op, b = re.fullmatch(r"Q: ([0-9]+)([-+*])([0-9]+)=\? A:", problem.prompt).groups()
+    return (min(a, b), op, max(a, b)) if op in "+*" else (a, op, b)
+
+
+def _countdown_key(problem):
+    numbers, target = parse_prompt(problem.prompt)
+    return (tuple(sorted(numbers)), target)
+
+
+# Every registered task with the settings to check; its key maps a problem and its mirrors
+# (37+85 and 85+37; the numbers of a countdown in any order) to one value.
+LEAK_SETTINGS = {
+    "arithmetic": (
+        _arithmetic_key,
+        [{"ops": ops} for ops in ("+", "-", "*", "+-", "+*", "-*", "+-*")]
+        + [{"digits": 3, "ops": "+*"}],
+    ),
+    "countdown": (_countdown_key, [{}, {"num_count": 4, "max_number": 10}]),
+}
+
+
+def test_every_registered_task_has_a_leak_check():
+    from test_tasks_datasets import DATASET_LEAK_TASKS  # file-backed tasks, checked there
+
+    assert set(LEAK_SETTINGS) | set(DATASET_LEAK_TASKS) == set(TASKS)
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [(name, options) for name, (_, settings) in LEAK_SETTINGS.items() for options in settings],
+    ids=lambda p: p if isinstance(p, str) else _ids(p),
+)
+def test_no_eval_item_or_its_mirror_is_in_train_or_dev(name, options):
+    # Default split sizes: the ones the warm start (train, dev) and RL (train, eval) use.
+    task = make_task(name, **options)
+    key = LEAK_SETTINGS[name][0]
+    keys = {split: [key(p) for p in task.problems(split)] for split in SPLITS}
+    assert not set(keys["eval"]) & (set(keys["train"]) | set(keys["dev"]))
+    assert not set(keys["dev"]) & set(keys["train"])
+    for split in SPLITS:
+        assert len(set(keys[split])) == len(keys[split]), split  # no mirror pair within a split
+
+
+def test_addition_mirror_is_the_same_problem():
+    # 1-digit addition has 10·11/2 = 55 problems up to order (0+0 .. 9+9), not 100.
+    task = ArithmeticTask(digits=1, ops="+", train_size=55, dev_size=0, eval_size=0)
+    assert len(task.problems("train")) == 55
+    with pytest.raises(ValueError, match="only 55 distinct problems"):
+        ArithmeticTask(digits=1, ops="+", train_size=56, dev_size=0, eval_size=0).problems("dev")
+
+
+@pytest.mark.parametrize(("cls", "options"), SETTINGS, ids=_ids)
+def test_reference_completions_fit_the_default_budget(cls, options):
+    task = cls(**options, **SIZES)
+    longest = max(len(p.target) for split in SPLITS for p in task.problems(split))
+    assert longest <= task.longest_target_chars
+    assert longest + 1 + BUDGET_SLACK <= task.default_max_new_tokens  # answer, EOS, slack
+
+
+def test_default_budgets_by_hand():
+    # " \boxed{198}" is 12 characters, + EOS + 4 of slack = 17.
+    assert ArithmeticTask().default_max_new_tokens == 17
+    # " \boxed{(25-24)*23}" is 9 + 10 = 19 characters, + EOS + 4 = 24.
+    assert CountdownTask().default_max_new_tokens == 24
+    # " <answer>-999</answer>" (3-digit subtraction) is 22 characters, + EOS + 4 = 27.
+    assert ArithmeticTask(digits=3, ops="-", answer_format="tagged").default_max_new_tokens == 27

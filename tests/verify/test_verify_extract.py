@@ -37,10 +37,28 @@ def test_boxed_garbage_after_box_is_ignored():
     assert extract_boxed(r" \boxed{122}Q: 1+1=? A: blah") == "122"
 
 
-def test_boxed_size_limit():
-    padded = "x" * MAX_INPUT_CHARS + r"\boxed{1}"
-    assert extract_boxed(padded) is None
-    assert extract_boxed(padded, max_chars=2 * MAX_INPUT_CHARS) == "1"
+def test_boxed_after_a_long_reasoning_chain_is_read():
+    # 100,000 characters of reasoning, then the final answer: the end window holds it.
+    reasoning = "step: 12+30 is 42. " * 5_264  # 19 × 5,264 = 100,016 characters
+    assert extract_boxed(reasoning + r"\boxed{42}") == "42"
+    assert extract_tagged(reasoning + "<answer>42</answer>") == "42"
+    assert extract_final_line(reasoning + "\nAnswer: 42") == "42"
+
+
+def test_answer_followed_by_a_long_ramble_is_read_from_the_start():
+    ramble = "x" * 100_000
+    assert extract_boxed(r"\boxed{7}" + ramble) == "7"
+    assert extract_tagged("<answer>7</answer>" + ramble) == "7"
+
+
+def test_only_the_two_end_windows_are_read():
+    # A box wholly inside the middle (past the first and before the last MAX_INPUT_CHARS
+    # characters) is not seen: the work stays bounded by 2 × MAX_INPUT_CHARS.
+    pad = "x" * MAX_INPUT_CHARS
+    assert extract_boxed(pad + r"\boxed{1}" + pad) is None
+    assert extract_boxed(pad + r"\boxed{1}" + pad, max_chars=3 * MAX_INPUT_CHARS) == "1"
+    # The end window wins over the start window: the last answer counts.
+    assert extract_boxed(r"\boxed{1}" + pad + r"\boxed{2}") == "2"
 
 
 def test_non_string_input_gives_none():
