@@ -45,6 +45,8 @@ def test_train_writes_everything_and_eval_reads_the_checkpoint(tmp_path, capsys)
     for name in ("metrics.jsonl", "summary.json", "curves.png", "checkpoint/policy"):
         assert (out / name).exists(), name
     assert list((out / "tensorboard").iterdir())
+    summary = json.loads((out / "summary.json").read_text())
+    assert {"initial", "final"} <= set(summary) and "best" not in summary  # nothing picked on eval
     code = main(["eval", "--model", str(out / "checkpoint" / "policy"), "--size", "8"])
     metrics = json.loads(capsys.readouterr().out)
     assert code == 0 and metrics["eval/items"] == 8 and 0 <= metrics["eval/accuracy"] <= 1

@@ -350,7 +350,6 @@ class _Run:
 
     def _summary(self, status: str) -> dict[str, Any]:
         trainer, totals = self.trainer, self.totals
-        best_step, best = max(self.evals, key=lambda e: e[1]["eval/accuracy"])
         return {
             "recipe": trainer.cfg.recipe,
             "task": trainer.cfg.task,
@@ -359,7 +358,8 @@ class _Run:
             "steps": trainer.step,
             "initial": self.evals[0][1],
             "final": self.evals[-1][1],
-            "best": {"step": best_step, **best},
+            # No "best" evaluation: a maximum over evaluations of the same test items would
+            # be a number chosen on the test set.
             "final_eval_items": getattr(trainer, "last_eval_items", []),
             "generated_tokens": totals.generated_tokens,
             "discarded_tokens": totals.discarded_tokens,
