@@ -32,6 +32,7 @@ def test_readme_example_trains(tmp_path, monkeypatch):
     config["task_options"]["data"] = write_jsonl(tmp_path / "train.jsonl", gsm8k_rows(30))
     config["task_options"]["eval_data"] = write_jsonl(tmp_path / "test.jsonl", gsm8k_rows(4))
     config["task_options"]["dev_size"] = 2
+    config["eval_size"] = 4  # the 4 eval rows written above (200 would be refused)
     config["policy"].update(device="cpu", dtype="float32")
     config.update(out=str(tmp_path / "run"), max_new_tokens=6, prompts_per_step=2, group_size=4)
     trainer = Trainer(resolve_config({**config, "progress": False}))

@@ -43,6 +43,9 @@ class Task(ABC):
 
     name: str = "task"
     verify_timeout_s: float = 1.0
+    loads_data: bool = False
+    """Problems come from files or the hub, read on first use: checks that need them (such
+    as the eval split's size) wait until the trainer loads them, not config validation."""
 
     @abstractmethod
     def problems(self, split: str) -> list[Problem]:

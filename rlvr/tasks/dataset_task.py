@@ -78,6 +78,7 @@ class DatasetTask(Task):
 
     name = "dataset"
     default_template = "{prompt}"
+    loads_data = True
 
     def __init__(
         self,

@@ -23,8 +23,18 @@ from rlvr.algo.recipes import (
     get_recipe,
     recipe_fields,
 )
-from rlvr.tasks import make_task
+from rlvr.tasks import Task, make_task
 from rlvr.train.hf_setup import check_options as check_hf_options
+
+
+def check_eval_size(eval_size: int, task: Task) -> None:
+    """`eval_size` (0: all) must not exceed the task's eval split."""
+    eval_items = task.split_size("eval")
+    if eval_size > eval_items:
+        raise ValueError(
+            f"eval_size={eval_size} exceeds the {eval_items} problems of the task's eval "
+            f"split; use at most {eval_items}, 0 for all, or raise task_options.eval_size"
+        )
 
 
 def _doc(text: str, default: Any) -> Any:
@@ -147,13 +157,8 @@ class TrainConfig:
                 f"max_grad_norm must be > 0 (clip the gradient's global norm to it) or 0 "
                 f"(no clipping), got {self.max_grad_norm!r}"
             )
-        eval_items = task.split_size("eval")
-        if self.eval_size > eval_items:
-            raise ValueError(
-                f"eval_size={self.eval_size} exceeds the {eval_items} problems of the task's "
-                f"eval split; use at most {eval_items}, 0 for all, or raise "
-                f"task_options.eval_size"
-            )
+        if not task.loads_data:  # a dataset task is checked once the trainer loads it
+            check_eval_size(self.eval_size, task)
         if not 0.0 <= self.warm_target <= 1.0:
             raise ValueError(f"warm_target must be in [0, 1], got {self.warm_target!r}")
         if self.think_budget is not None and self.think_budget < 1:

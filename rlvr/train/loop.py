@@ -25,7 +25,7 @@ from rlvr.models.value import ValueModel
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.interrupt import ForcedInterruption
 from rlvr.tasks import make_task
-from rlvr.train.config import TrainConfig
+from rlvr.train.config import TrainConfig, check_eval_size
 from rlvr.train.critic import critic_optimizer, critic_update, critic_values
 from rlvr.train.hf_setup import make_engine, prepare_components
 from rlvr.train.prompt_pool import PromptPool
@@ -89,6 +89,7 @@ class Trainer:
         # Reshuffles the minibatches of every PPO epoch (policy and critic); its own stream,
         # so the sampling above draws the same numbers whatever num_minibatches is.
         self.minibatch_generator = torch.Generator().manual_seed(cfg.seed + MINIBATCH_SEED_OFFSET)
+        check_eval_size(cfg.eval_size, self.task)
         eval_split = self.task.problems("eval")
         self.eval_problems = eval_split[: cfg.eval_size] if cfg.eval_size else eval_split
         self.params = SamplingParams(cfg.group_size, cfg.temperature, cfg.top_p, cfg.max_new_tokens)
