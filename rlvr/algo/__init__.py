@@ -1,4 +1,4 @@
-"""Pure tensor math of every design choice in ALGORITHMS.md, and the named recipes.
+"""Pure tensor math of every design choice in docs/algorithms.md, and the named recipes.
 
 Imports nothing else of rlvr: a reader who opens this package sees the whole math.
 """

@@ -1,4 +1,4 @@
-"""Outcome-reward advantage estimators (ALGORITHMS.md §1), one Â per response.
+"""Outcome-reward advantage estimators (docs/algorithms.md §1), one Â per response.
 
 Each takes scalar rewards r (N,) and group ids (N,) for the *whole* rollout batch and
 returns Â (N,); the loop broadcasts Â over the response's tokens. Token-level estimators

@@ -1,4 +1,4 @@
-"""Loss aggregation as per-token weights computed once from *global* counts (ALGORITHMS.md §4).
+"""Loss aggregation as per-token weights computed once from *global* counts (docs/algorithms.md §4).
 
 Every mode is linear in the per-token loss: L = Σ_{i,t} w_{i,t} ℓ_{i,t}. The weights are
 computed once per optimizer step over the whole rollout batch (all micro-batches, all ranks)

@@ -1,4 +1,4 @@
-"""Importance ratios between the current and the old policy (ALGORITHMS.md §2).
+"""Importance ratios between the current and the old policy (docs/algorithms.md §2).
 
 Every function maps log-probs (N, T) to a ratio tensor (N, T) that keeps its gradient where
 the method wants one; sequence ratios are broadcast over the response's tokens so that a

@@ -1,4 +1,4 @@
-"""The named recipes of ALGORITHMS.md §8: each a frozen dataclass of independent choices.
+"""The named recipes of docs/algorithms.md §8: each a frozen dataclass of independent choices.
 
 This is the only place where a method's name means anything: the loop and the loss read
 the fields, never the name. Every field can be overridden (`get_recipe("dapo",
@@ -36,7 +36,7 @@ def _doc(text: str, default: object) -> object:
 
 @dataclass(frozen=True)
 class Recipe:
-    """A policy-optimization method as a combination of design choices (ALGORITHMS.md)."""
+    """A policy-optimization method as a combination of design choices (docs/algorithms.md)."""
 
     name: str = _doc("recipe name (a label; nothing branches on it)", "custom")
     source: str = _doc("paper the defaults come from", "")

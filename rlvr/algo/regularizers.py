@@ -1,4 +1,4 @@
-"""KL estimators, entropy, value loss and the soft overlong length penalty (ALGORITHMS.md §5–6)."""
+"""KL estimators, entropy, value loss and the soft overlong length penalty (docs/algorithms.md §5–6)."""
 
 from __future__ import annotations
 

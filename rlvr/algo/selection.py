@@ -1,4 +1,4 @@
-"""Batch-level sample selection and reward shaping (ALGORITHMS.md §6), as pure functions."""
+"""Batch-level sample selection and reward shaping (docs/algorithms.md §6), as pure functions."""
 
 from __future__ import annotations
 

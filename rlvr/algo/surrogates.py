@@ -1,4 +1,4 @@
-"""Per-token surrogate losses ℓ_{i,t} (ALGORITHMS.md §3), to be *minimized*.
+"""Per-token surrogate losses ℓ_{i,t} (docs/algorithms.md §3), to be *minimized*.
 
 Each returns the loss (N, T) and the boolean masks of tokens whose ratio was clipped at the
 lower and the upper bound, for the clip fractions. Bounds are given as ε: the ratio is

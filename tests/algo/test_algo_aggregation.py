@@ -1,4 +1,4 @@
-"""Aggregation modes (ALGORITHMS.md §4) on a ragged 2-group batch, by hand."""
+"""Aggregation modes (docs/algorithms.md §4) on a ragged 2-group batch, by hand."""
 
 import pytest
 import torch

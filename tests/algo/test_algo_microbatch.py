@@ -1,6 +1,6 @@
 """Any split of the prepared rows into micro-batches and ranks gives the whole-batch gradient.
 
-ALGORITHMS.md §4: the normalizers are counted over the whole rollout batch before
+docs/algorithms.md §4: the normalizers are counted over the whole rollout batch before
 micro-batching and sharding, so Σ over micro-batches (and over ranks, all-reduce by sum)
 of ∂L_mb/∂logπ equals ∂L/∂logπ of the whole batch, for every aggregation and recipe.
 """

@@ -1,4 +1,4 @@
-"""Surrogate losses (ALGORITHMS.md §3) with gradients taken by autograd through logπ.
+"""Surrogate losses (docs/algorithms.md §3) with gradients taken by autograd through logπ.
 
 Every case sets logπ_old = 0 and logπ = log ρ, so ∂ρ/∂logπ = ρ and the expected gradient
 ∂ℓ/∂logπ is −ρÂ on an unclipped clip token and −w·Â for the logπ-weighted surrogates.
