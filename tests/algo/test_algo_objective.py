@@ -17,7 +17,7 @@ from algo_testlib import (
 
 from rlvr.algo import get_recipe, policy_loss, prepare_batch
 from rlvr.algo.advantages import EPS
-from rlvr.algo.aggregation import AGGREGATIONS
+from rlvr.algo.registry import AGGREGATIONS
 
 close = torch.testing.assert_close
 
@@ -127,7 +127,7 @@ def test_cispo_equals_reinforce_when_nothing_is_clipped(off_policy):
 # ------------------------------------------------------------------ GSPO-token
 
 
-@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+@pytest.mark.parametrize("aggregation", AGGREGATIONS.names())
 @pytest.mark.parametrize("clip", [None, 0.05])
 def test_sequence_token_equals_sequence_for_constant_advantages(aggregation, clip):
     overrides = {"aggregation": aggregation}
