@@ -116,8 +116,10 @@ class Registry:
         module_name, _, attr = reference.partition(":")
         try:
             fn = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as err:
-            raise ValueError(f"{self.kind}={reference!r}: cannot import it ({err})") from None
+        except Exception as err:  # the user's module may fail in any way while importing
+            raise ValueError(
+                f"{self.kind}={reference!r}: cannot import it ({type(err).__name__}: {err})"
+            ) from None
         if not callable(fn):
             raise ValueError(f"{self.kind}={reference!r} is not a function")
         # A function its module registered with a decorator keeps its properties.
