@@ -1,21 +1,45 @@
-"""Pure tensor math of every design choice in ALGORITHMS.md, and the named recipes.
+"""Pure tensor math of every design choice in docs/algorithms.md, and the named recipes.
 
-Imports nothing else of rlvr: a reader who opens this package sees the whole math.
+Imports nothing else of rlvr: a reader who opens this package sees the whole math. Every
+choice is registered where it is defined (`registry.py`); register your own with the
+`register_*` decorators or name it as `module:function` in a recipe (docs/extending.md).
 """
 
 from rlvr.algo.loss import policy_loss
 from rlvr.algo.objective import PreparedBatch, compute_advantages, prepare_batch
 from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
+from rlvr.algo.registry import (
+    AdvantageBatch,
+    Params,
+    per_response,
+    register_advantage,
+    register_aggregation,
+    register_kl,
+    register_ratio,
+    register_selection,
+    register_surrogate,
+)
 from rlvr.algo.stats import StepStats
+from rlvr.algo.surrogates import SurrogateOut
 
 __all__ = [
     "RECIPES",
+    "AdvantageBatch",
+    "Params",
     "PreparedBatch",
     "Recipe",
     "StepStats",
+    "SurrogateOut",
     "compute_advantages",
     "get_recipe",
+    "per_response",
     "policy_loss",
     "prepare_batch",
     "recipe_fields",
+    "register_advantage",
+    "register_aggregation",
+    "register_kl",
+    "register_ratio",
+    "register_selection",
+    "register_surrogate",
 ]

@@ -1,8 +1,9 @@
-"""Outcome-reward advantage estimators (ALGORITHMS.md §1), one Â per response.
+"""Outcome-reward advantage estimators (docs/algorithms.md §1), one Â per response.
 
 Each takes scalar rewards r (N,) and group ids (N,) for the *whole* rollout batch and
-returns Â (N,); the loop broadcasts Â over the response's tokens. Token-level estimators
-(REINFORCE++, GAE) live in `token_advantages.py` and `gae.py`. All run without gradient.
+returns Â (N,); `per_response` makes each the registered estimator that broadcasts Â over
+the response's tokens. Token-level estimators (REINFORCE++, GAE) live in
+`token_advantages.py` and `gae.py`. All run without gradient.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from rlvr.algo.groups import group_is_constant, group_mean, group_size, group_std
+from rlvr.algo.registry import per_response, register_advantage
 
 EPS = 1e-6
 
@@ -52,3 +54,9 @@ def batch_norm(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = EPS)
         return torch.zeros_like(centred)
     std = centred.std(unbiased=True)
     return centred / (std + eps)
+
+
+register_advantage("group_norm", group_baseline=True)(per_response(group_norm))
+register_advantage("group_mean", group_baseline=True)(per_response(group_mean_baseline))
+register_advantage("rloo", group_baseline=True)(per_response(rloo))
+register_advantage("batch_norm", group_baseline=True)(per_response(batch_norm))

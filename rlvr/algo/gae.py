@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import torch
 
+from rlvr.algo.registry import AdvantageBatch, Params, register_advantage
+from rlvr.algo.token_advantages import outcome_token_rewards
+
 
 def gae(
     token_rewards: torch.Tensor,
@@ -61,3 +64,23 @@ def vapo_gae(
     lam_policy = length_adaptive_lambda(response_mask.sum(-1), alpha).to(values.dtype)
     advantages, _ = gae(token_rewards, values, response_mask, gamma, lam_policy)
     return advantages, returns
+
+
+def _token_rewards(batch: AdvantageBatch, params: Params) -> torch.Tensor:
+    if batch.values is None:
+        raise ValueError("a critic advantage (gae, vapo_gae) needs values from a critic")
+    return outcome_token_rewards(batch.rewards, batch.response_mask, batch.kl, params.kl_coef)
+
+
+@register_advantage("gae", needs_critic=True, token_rewards=True)
+def gae_estimator(batch: AdvantageBatch, params: Params) -> tuple[torch.Tensor, torch.Tensor]:
+    """`gae` over outcome token rewards (minus β·k when the KL is in the reward)."""
+    rewards = _token_rewards(batch, params)
+    return gae(rewards, batch.values, batch.response_mask, params.gamma, params.lam)
+
+
+@register_advantage("vapo_gae", needs_critic=True, token_rewards=True)
+def vapo_gae_estimator(batch: AdvantageBatch, params: Params) -> tuple[torch.Tensor, torch.Tensor]:
+    """`vapo_gae` over outcome token rewards, with the recipe's α."""
+    rewards = _token_rewards(batch, params)
+    return vapo_gae(rewards, batch.values, batch.response_mask, params.gamma, params.vapo_alpha)

@@ -6,11 +6,10 @@ from __future__ import annotations
 import torch
 
 from rlvr.algo.aggregation import aggregate
-from rlvr.algo.ratios import RATIOS, SEQUENCE_LEVEL_RATIOS, sequence_tis_weight, token_tis_weight
+from rlvr.algo.ratios import sequence_tis_weight, token_tis_weight
 from rlvr.algo.recipes import Recipe
-from rlvr.algo.regularizers import KL_ESTIMATORS
+from rlvr.algo.registry import KL_ESTIMATORS, RATIOS, SURROGATES
 from rlvr.algo.stats import StepStats
-from rlvr.algo.surrogates import SURROGATES
 
 
 def policy_loss(
@@ -33,13 +32,12 @@ def policy_loss(
     by `step_weights`); no term can change the aggregation. Every term it calls is a pure
     function of tensors and scalars.
     """
-    ratio = RATIOS[recipe.ratio](logprobs, old_logprobs, response_mask)
-    surrogate = SURROGATES[recipe.surrogate]
-    kwargs = {"dual_clip_c": recipe.dual_clip_c} if recipe.surrogate == "dual_clip" else {}
-    out = surrogate(ratio, advantages, logprobs, recipe.clip_low, recipe.clip_high, **kwargs)
+    ratio_choice = RATIOS.get(recipe.ratio)
+    ratio = ratio_choice.fn(logprobs, old_logprobs, response_mask)
+    out = SURROGATES.get(recipe.surrogate).fn(ratio, advantages, logprobs, recipe.params)
     per_token = out.loss
     if recipe.tis_cap is not None and sampler_logprobs is not None:
-        tis = (sequence_tis_weight if recipe.ratio in SEQUENCE_LEVEL_RATIOS else token_tis_weight)(
+        tis = (sequence_tis_weight if ratio_choice.sequence_level else token_tis_weight)(
             old_logprobs, sampler_logprobs, response_mask, recipe.tis_cap
         )
         per_token = per_token * tis
@@ -49,7 +47,7 @@ def policy_loss(
     if recipe.needs_reference and not recipe.kl_in_reward:
         if ref_logprobs is None:
             raise ValueError(f"kl={recipe.kl!r} in the loss needs ref_logprobs")
-        kl = aggregate(KL_ESTIMATORS[recipe.kl](logprobs, ref_logprobs), loss_weights)
+        kl = aggregate(KL_ESTIMATORS.get(recipe.kl).fn(logprobs, ref_logprobs), loss_weights)
         loss = loss + recipe.kl_coef * kl
         stats.add("loss/kl", kl.detach())
     if recipe.entropy_coef and entropy is not None:
@@ -73,7 +71,7 @@ def _clip_stats(stats: StepStats, ratio, advantages, mask, out, recipe: Recipe) 
     stats.add_ratio("clip/high_frac", (out.clipped_high & active).sum(), active.sum())
     either = (out.clipped_low | out.clipped_high) & active
     stats.add_ratio("clip/frac", either.sum(), active.sum())
-    if recipe.ratio in SEQUENCE_LEVEL_RATIOS:
+    if RATIOS.get(recipe.ratio).sequence_level:
         seq_active = active.any(-1)
         seq_clipped = either.any(-1) & seq_active
         stats.add_ratio("clip/seq_frac", seq_clipped.sum(), seq_active.sum())

@@ -12,21 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.algo import advantages as adv_fns
 from rlvr.algo.aggregation import aggregation_weights
-from rlvr.algo.gae import gae, vapo_gae
 from rlvr.algo.recipes import Recipe
-from rlvr.algo.regularizers import KL_ESTIMATORS
-from rlvr.algo.selection import informative_groups, nonzero_variance_groups, shaped_rewards
-from rlvr.algo.token_advantages import outcome_token_rewards, reinforce_pp, reinforce_pp_baseline
+from rlvr.algo.registry import ADVANTAGES, KL_ESTIMATORS, SELECTIONS, AdvantageBatch
+from rlvr.algo.selection import shaped_rewards
 from rlvr.algo.whiten import masked_whiten
-
-GROUP_ADVANTAGES = {
-    "group_norm": adv_fns.group_norm,
-    "group_mean": adv_fns.group_mean_baseline,
-    "rloo": adv_fns.rloo,
-    "batch_norm": adv_fns.batch_norm,
-}
 
 
 @dataclass
@@ -54,46 +44,22 @@ def compute_advantages(
     """Token advantages (N, T) and value targets (N, T) or None, per `recipe.advantage`;
     with `recipe.whiten_advantages` the advantages (never the value targets) are whitened
     over every valid token of the batch."""
-    advantages, returns = _estimate(recipe, rewards, group_ids, response_mask, kl, values)
+    estimator = ADVANTAGES.get(recipe.advantage).fn
+    batch = AdvantageBatch(rewards, group_ids, response_mask, kl, values)
+    advantages, returns = estimator(batch, recipe.params)
     if recipe.whiten_advantages:
         advantages = masked_whiten(advantages, response_mask)
     return advantages, returns
 
 
-def _estimate(
-    recipe: Recipe,
-    rewards: torch.Tensor,
-    group_ids: torch.Tensor,
-    response_mask: torch.Tensor,
-    kl: torch.Tensor | None = None,
-    values: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    mask = response_mask
-    kl_coef = recipe.kl_coef if recipe.kl_in_reward else 0.0
-    if recipe.advantage in GROUP_ADVANTAGES:
-        per_seq = GROUP_ADVANTAGES[recipe.advantage](rewards, group_ids)
-        return per_seq[:, None] * mask, None
-    if recipe.advantage == "reinforce_pp":
-        return reinforce_pp(rewards, mask, kl, kl_coef, recipe.gamma), None
-    if recipe.advantage == "reinforce_pp_baseline":
-        return reinforce_pp_baseline(rewards, group_ids, mask), None
-    if values is None:
-        raise ValueError(f"advantage {recipe.advantage!r} needs values from a critic")
-    token_rewards = outcome_token_rewards(rewards, mask, kl, kl_coef)
-    if recipe.advantage == "gae":
-        return gae(token_rewards, values, mask, recipe.gamma, recipe.lam)
-    return vapo_gae(token_rewards, values, mask, recipe.gamma, recipe.vapo_alpha)
-
-
 def select_rows(
     recipe: Recipe, correct: torch.Tensor, rewards: torch.Tensor, group_ids: torch.Tensor
 ) -> torch.Tensor:
-    """Rows kept by the recipe's batch-level filters. (N,) → (N,) bool."""
+    """Rows kept by the registered filters the recipe switches on. (N,) → (N,) bool."""
     keep = torch.ones_like(group_ids, dtype=torch.bool)
-    if recipe.dynamic_sampling:
-        keep &= informative_groups(correct, group_ids)
-    if recipe.zero_variance_filter:
-        keep &= nonzero_variance_groups(rewards, group_ids)
+    for selection in SELECTIONS:
+        if getattr(recipe, selection.name):
+            keep &= selection.fn(correct, rewards, group_ids)
     return keep
 
 
@@ -128,7 +94,7 @@ def prepare_batch(
         mask = mask * (~truncated)[:, None]
     kl = None
     if recipe.kl_in_reward:
-        kl = KL_ESTIMATORS[recipe.kl](old_logprobs, ref_logprobs) * mask
+        kl = KL_ESTIMATORS.get(recipe.kl).fn(old_logprobs, ref_logprobs) * mask
     rows = keep.nonzero().squeeze(-1)
     sub = lambda x: None if x is None else x[rows]  # noqa: E731
     advantages = torch.zeros_like(mask, dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""Importance ratios between the current and the old policy (ALGORITHMS.md §2).
+"""Importance ratios between the current and the old policy (docs/algorithms.md §2).
 
 Every function maps log-probs (N, T) to a ratio tensor (N, T) that keeps its gradient where
 the method wants one; sequence ratios are broadcast over the response's tokens so that a
@@ -8,6 +8,8 @@ single aggregation applies to every method. Log-ratios are clamped to ±20 befor
 from __future__ import annotations
 
 import torch
+
+from rlvr.algo.registry import register_ratio
 
 MAX_LOG_RATIO = 20.0
 
@@ -21,6 +23,7 @@ def _sequence_mean(x: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor
     return (x * response_mask).sum(-1) / response_mask.sum(-1).clamp(min=1)
 
 
+@register_ratio("token")
 def token_ratio(
     logprobs: torch.Tensor, old_logprobs: torch.Tensor, response_mask: torch.Tensor
 ) -> torch.Tensor:
@@ -28,6 +31,7 @@ def token_ratio(
     return _log_ratio(logprobs, old_logprobs).exp()
 
 
+@register_ratio("sequence", sequence_level=True)
 def sequence_ratio(
     logprobs: torch.Tensor, old_logprobs: torch.Tensor, response_mask: torch.Tensor
 ) -> torch.Tensor:
@@ -40,6 +44,7 @@ def sequence_ratio(
     return mean.exp()[:, None].expand_as(logprobs)
 
 
+@register_ratio("sequence_token", sequence_level=True)
 def sequence_token_ratio(
     logprobs: torch.Tensor, old_logprobs: torch.Tensor, response_mask: torch.Tensor
 ) -> torch.Tensor:
@@ -52,6 +57,7 @@ def sequence_token_ratio(
     return seq * (logprobs - logprobs.detach()).exp()
 
 
+@register_ratio("prefix_min")
 def prefix_min_ratio(
     logprobs: torch.Tensor, old_logprobs: torch.Tensor, response_mask: torch.Tensor
 ) -> torch.Tensor:
@@ -74,15 +80,6 @@ def prefix_min_ratio(
     # An empty prefix (the first token) has ρ̲ = 1, i.e. log ρ̲ = 0.
     prefix_min = torch.where(torch.isinf(prefix_min), torch.zeros_like(prefix_min), prefix_min)
     return (prefix_min.detach() + log_ratio).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()
-
-
-RATIOS = {
-    "token": token_ratio,
-    "sequence": sequence_ratio,
-    "sequence_token": sequence_token_ratio,
-    "prefix_min": prefix_min_ratio,
-}
-SEQUENCE_LEVEL_RATIOS = frozenset({"sequence", "sequence_token"})
 
 
 def sequence_tis_weight(

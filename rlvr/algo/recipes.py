@@ -1,4 +1,4 @@
-"""The named recipes of ALGORITHMS.md §8: each a frozen dataclass of independent choices.
+"""The named recipes of docs/algorithms.md §8: each a frozen dataclass of independent choices.
 
 This is the only place where a method's name means anything: the loop and the loss read
 the fields, never the name. Every field can be overridden (`get_recipe("dapo",
@@ -10,27 +10,17 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field, fields
 
-from rlvr.algo.aggregation import AGGREGATIONS
+# Importing the modules that define the built-in choices registers them.
+from rlvr.algo import aggregation, gae, ratios, regularizers, selection, surrogates  # noqa: F401
 from rlvr.algo.fields_check import check_field_types
-from rlvr.algo.ratios import RATIOS
-from rlvr.algo.regularizers import KL_ESTIMATORS
-from rlvr.algo.surrogates import SURROGATES
-
-ADVANTAGES = (
-    "group_norm",
-    "group_mean",
-    "rloo",
-    "batch_norm",
-    "reinforce_pp",
-    "reinforce_pp_baseline",
-    "gae",
-    "vapo_gae",
-)
-CRITIC_ADVANTAGES = frozenset({"gae", "vapo_gae"})
-TOKEN_REWARD_ADVANTAGES = frozenset({"reinforce_pp", "gae", "vapo_gae"})
-# Baselines from the prompt's own group: a group of one gets Â = 0 (nothing to learn).
-GROUP_BASELINE_ADVANTAGES = frozenset(
-    {"group_norm", "group_mean", "rloo", "batch_norm", "reinforce_pp_baseline"}
+from rlvr.algo.registry import (
+    ADVANTAGES,
+    AGGREGATIONS,
+    KL_ESTIMATORS,
+    RATIOS,
+    SURROGATES,
+    Params,
+    Registry,
 )
 
 
@@ -38,24 +28,28 @@ def _doc(text: str, default: object) -> object:
     return field(default=default, metadata={"doc": text})
 
 
+def _names(registry: Registry) -> str:
+    return ", ".join(registry.names()) + ", or module:function"
+
+
 @dataclass(frozen=True)
 class Recipe:
-    """A policy-optimization method as a combination of design choices (ALGORITHMS.md)."""
+    """A policy-optimization method as a combination of design choices (docs/algorithms.md)."""
 
     name: str = _doc("recipe name (a label; nothing branches on it)", "custom")
     source: str = _doc("paper the defaults come from", "")
-    advantage: str = _doc(f"advantage estimator: {', '.join(ADVANTAGES)}", "group_norm")
+    advantage: str = _doc(f"advantage estimator: {_names(ADVANTAGES)}", "group_norm")
     gamma: float = _doc("discount γ for GAE / returns", 1.0)
     lam: float = _doc("GAE λ (gae)", 0.95)
     vapo_alpha: float = _doc("α of VAPO's length-adaptive λ = 1 − 1/(α·|y|)", 0.05)
-    ratio: str = _doc(f"importance ratio: {', '.join(RATIOS)}", "token")
-    surrogate: str = _doc(f"surrogate loss: {', '.join(SURROGATES)}", "clip")
+    ratio: str = _doc(f"importance ratio: {_names(RATIOS)}", "token")
+    surrogate: str = _doc(f"surrogate loss: {_names(SURROGATES)}", "clip")
     clip_low: float = _doc("ratio lower bound is 1 − clip_low (1.0: no lower bound)", 0.2)
     clip_high: float = _doc("ratio upper bound is 1 + clip_high", 0.2)
     dual_clip_c: float = _doc("dual-clip bound c for negative advantages (dual_clip)", 3.0)
     tis_cap: float | None = _doc("truncated IS cap C on π_old/π_sampler; None: off", None)
-    aggregation: str = _doc(f"loss aggregation: {', '.join(AGGREGATIONS)}", "seq_mean_token_mean")
-    kl: str | None = _doc(f"KL estimator to the reference: {', '.join(KL_ESTIMATORS)}; None", None)
+    aggregation: str = _doc(f"loss aggregation: {_names(AGGREGATIONS)}", "seq_mean_token_mean")
+    kl: str | None = _doc(f"KL estimator to the reference: {_names(KL_ESTIMATORS)}; None", None)
     kl_coef: float = _doc("KL coefficient β", 0.0)
     kl_in_reward: bool = _doc("KL enters the token rewards instead of the loss", False)
     entropy_coef: float = _doc("entropy bonus coefficient", 0.0)
@@ -81,28 +75,30 @@ class Recipe:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        _check_choice("advantage", self.advantage, ADVANTAGES)
-        _check_choice("ratio", self.ratio, tuple(RATIOS))
-        _check_choice("surrogate", self.surrogate, tuple(SURROGATES))
-        _check_choice("aggregation", self.aggregation, AGGREGATIONS)
+        # Each lookup raises an error naming the field, the value and the registered names.
+        advantage = ADVANTAGES.get(self.advantage)
+        RATIOS.get(self.ratio)
+        SURROGATES.get(self.surrogate)
+        AGGREGATIONS.get(self.aggregation)
         if self.kl is not None:
-            _check_choice("kl", self.kl, tuple(KL_ESTIMATORS))
+            KL_ESTIMATORS.get(self.kl)
         if not 0.0 <= self.clip_low <= 1.0:
             raise ValueError(
                 f"clip_low must be in [0, 1] (bound 1 − clip_low), got {self.clip_low}"
             )
         if self.clip_high < 0.0:
             raise ValueError(f"clip_high must be ≥ 0, got {self.clip_high}")
-        if self.kl_in_reward and self.advantage not in TOKEN_REWARD_ADVANTAGES:
+        if self.kl_in_reward and not advantage.token_rewards:
+            token = [e.name for e in ADVANTAGES if e.token_rewards]
             raise ValueError(
                 f"kl_in_reward=True needs a token-reward advantage "
-                f"({', '.join(sorted(TOKEN_REWARD_ADVANTAGES))}), got advantage={self.advantage!r}"
+                f"({', '.join(sorted(token))}), got advantage={self.advantage!r}"
             )
         if self.kl_coef < 0:
             raise ValueError(f"kl_coef must be ≥ 0, got {self.kl_coef}")
         if self.kl_coef and self.kl is None:
             raise ValueError(
-                f"kl_coef={self.kl_coef} needs kl set to one of {', '.join(KL_ESTIMATORS)}"
+                f"kl_coef={self.kl_coef} needs kl set to one of {_names(KL_ESTIMATORS)}"
             )
         if self.overlong_cache < 1:
             raise ValueError(f"overlong_cache must be ≥ 1, got {self.overlong_cache}")
@@ -114,7 +110,20 @@ class Recipe:
 
     @property
     def needs_critic(self) -> bool:
-        return self.advantage in CRITIC_ADVANTAGES
+        return bool(ADVANTAGES.get(self.advantage).needs_critic)
+
+    @property
+    def params(self) -> Params:
+        """The scalars every advantage estimator and surrogate receives."""
+        return Params(
+            clip_low=self.clip_low,
+            clip_high=self.clip_high,
+            dual_clip_c=self.dual_clip_c,
+            gamma=self.gamma,
+            lam=self.lam,
+            vapo_alpha=self.vapo_alpha,
+            kl_coef=self.kl_coef if self.kl_in_reward else 0.0,
+        )
 
     @property
     def needs_reference(self) -> bool:
@@ -148,11 +157,6 @@ def _check_ranges(recipe: Recipe) -> None:
     for name, ok in checks.items():
         if not ok:
             raise ValueError(f"{name} must be {valid[name]}, got {getattr(recipe, name)!r}")
-
-
-def _check_choice(name: str, value: object, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        raise ValueError(f"{name}={value!r} is not valid; choose one of: {', '.join(valid)}")
 
 
 _GRPO = "Shao 2024, DeepSeekMath (arXiv 2402.03300)"

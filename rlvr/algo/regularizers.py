@@ -1,20 +1,25 @@
-"""KL estimators, entropy, value loss and the soft overlong length penalty (ALGORITHMS.md §5–6)."""
+"""KL estimators, entropy, value loss and the soft overlong length penalty (docs/algorithms.md §5–6)."""
 
 from __future__ import annotations
 
 import torch
 
+from rlvr.algo.registry import register_kl
 
+
+@register_kl("k1")
 def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """k1 = Δ_ref = logπ − logπ_ref (Schulman 2020, "Approximating KL divergence")."""
     return logprobs - ref_logprobs
 
 
+@register_kl("k2")
 def kl_k2(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """k2 = ½·Δ_ref²."""
     return 0.5 * (logprobs - ref_logprobs) ** 2
 
 
+@register_kl("k3")
 def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """k3 = exp(−Δ_ref) + Δ_ref − 1 ≥ 0, GRPO's estimator (arXiv 2402.03300, Eq. 4).
 
@@ -22,9 +27,6 @@ def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """
     delta = (logprobs - ref_logprobs).clamp(-20.0, 20.0)
     return torch.exp(-delta) + delta - 1.0
-
-
-KL_ESTIMATORS = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
 
 
 def value_loss(

@@ -1,10 +1,11 @@
-"""Batch-level sample selection and reward shaping (ALGORITHMS.md §6), as pure functions."""
+"""Batch-level sample selection and reward shaping (docs/algorithms.md §6), as pure functions."""
 
 from __future__ import annotations
 
 import torch
 
 from rlvr.algo.groups import group_is_constant
+from rlvr.algo.registry import register_selection
 from rlvr.algo.regularizers import soft_overlong_penalty
 
 
@@ -16,9 +17,19 @@ def informative_groups(correct: torch.Tensor, group_ids: torch.Tensor) -> torch.
     return ~group_is_constant(correct.to(torch.float64), group_ids)
 
 
+@register_selection("dynamic_sampling")
+def _dynamic_sampling(correct: torch.Tensor, rewards: torch.Tensor, group_ids: torch.Tensor):
+    return informative_groups(correct, group_ids)
+
+
 def nonzero_variance_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     """ScaleRL zero-variance filtering (arXiv 2510.13786, §3.2): keep groups whose rewards differ."""
     return ~group_is_constant(rewards, group_ids)
+
+
+@register_selection("zero_variance_filter")
+def _zero_variance_filter(correct: torch.Tensor, rewards: torch.Tensor, group_ids: torch.Tensor):
+    return nonzero_variance_groups(rewards, group_ids)
 
 
 def shaped_rewards(

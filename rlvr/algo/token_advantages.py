@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from rlvr.algo.advantages import group_mean_baseline
+from rlvr.algo.registry import AdvantageBatch, Params, register_advantage
 from rlvr.algo.whiten import masked_whiten
 
 
@@ -76,3 +77,18 @@ def reinforce_pp_baseline(
     """
     centred = group_mean_baseline(rewards, group_ids)
     return masked_whiten(centred[:, None] * response_mask, response_mask)
+
+
+@register_advantage("reinforce_pp", token_rewards=True)
+def reinforce_pp_estimator(batch: AdvantageBatch, params: Params) -> tuple[torch.Tensor, None]:
+    """`reinforce_pp` on the batch, with the recipe's γ and in-reward β."""
+    mask = batch.response_mask
+    return reinforce_pp(batch.rewards, mask, batch.kl, params.kl_coef, params.gamma), None
+
+
+@register_advantage("reinforce_pp_baseline", group_baseline=True)
+def reinforce_pp_baseline_estimator(
+    batch: AdvantageBatch, params: Params
+) -> tuple[torch.Tensor, None]:
+    """`reinforce_pp_baseline` on the batch."""
+    return reinforce_pp_baseline(batch.rewards, batch.group_ids, batch.response_mask), None

@@ -15,14 +15,8 @@ from typing import Any
 import yaml
 
 from rlvr.algo.fields_check import check_field_types
-from rlvr.algo.recipes import (
-    ADVANTAGES,
-    GROUP_BASELINE_ADVANTAGES,
-    RECIPES,
-    Recipe,
-    get_recipe,
-    recipe_fields,
-)
+from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
+from rlvr.algo.registry import ADVANTAGES
 from rlvr.tasks import Task, make_task
 from rlvr.train.hf_setup import check_options as check_hf_options
 
@@ -214,8 +208,8 @@ def _check_warm_start_fields(cfg: TrainConfig) -> None:
 
 def _check_group_size(group_size: int, recipe: Recipe) -> None:
     """A baseline from the group's own responses needs a group of at least two."""
-    if group_size < 2 and recipe.advantage in GROUP_BASELINE_ADVANTAGES:
-        others = [a for a in ADVANTAGES if a not in GROUP_BASELINE_ADVANTAGES]
+    if group_size < 2 and ADVANTAGES.get(recipe.advantage).group_baseline:
+        others = [e.name for e in ADVANTAGES if not e.group_baseline]
         raise ValueError(
             f"group_size={group_size} trains nothing with advantage={recipe.advantage!r} "
             f"(recipe {recipe.name!r}): its baseline is the mean of the prompt's own group, "

@@ -1,4 +1,4 @@
-"""Advantage estimators (ALGORITHMS.md §1), hand-worked; arithmetic in the comments."""
+"""Advantage estimators (docs/algorithms.md §1), hand-worked; arithmetic in the comments."""
 
 import math
 

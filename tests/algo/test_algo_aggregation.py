@@ -1,10 +1,11 @@
-"""Aggregation modes (ALGORITHMS.md §4) on a ragged 2-group batch, by hand."""
+"""Aggregation modes (docs/algorithms.md §4) on a ragged 2-group batch, by hand."""
 
 import pytest
 import torch
 from algo_testlib import F64, mask_of, padded
 
-from rlvr.algo.aggregation import AGGREGATIONS, aggregate, aggregation_weights
+from rlvr.algo.aggregation import aggregate, aggregation_weights
+from rlvr.algo.registry import AGGREGATIONS
 
 close = torch.testing.assert_close
 
@@ -33,10 +34,10 @@ HAND = {
 
 
 def test_every_mode_has_a_hand_value():
-    assert set(HAND) == set(AGGREGATIONS)
+    assert set(HAND) == set(AGGREGATIONS.names())
 
 
-@pytest.mark.parametrize("mode", AGGREGATIONS)
+@pytest.mark.parametrize("mode", AGGREGATIONS.names())
 def test_aggregation_hand_values(mode):
     weights = aggregation_weights(mode, MASK, GROUP_IDS, max_new_tokens=8)
     assert torch.all(weights[MASK == 0] == 0)
@@ -60,7 +61,7 @@ def test_unknown_mode_is_named():
         aggregation_weights("seq_mean", MASK, GROUP_IDS)
 
 
-@pytest.mark.parametrize("mode", AGGREGATIONS)
+@pytest.mark.parametrize("mode", AGGREGATIONS.names())
 def test_aggregation_is_linear_in_rows(mode):
     # Weights computed once on the whole batch: rows summed separately give the same loss.
     weights = aggregation_weights(mode, MASK, GROUP_IDS, max_new_tokens=8)

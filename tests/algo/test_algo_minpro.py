@@ -15,8 +15,7 @@ import torch
 from algo_testlib import F64, loss_and_grad, prepare, random_batch
 
 from rlvr.algo import get_recipe
-from rlvr.algo.ratios import RATIOS
-from rlvr.algo.surrogates import SURROGATES
+from rlvr.algo.registry import RATIOS, SURROGATES
 
 close = torch.testing.assert_close
 
@@ -28,7 +27,7 @@ def grad_of(name, ratios, advantage, ratio="prefix_min"):
     old, mask = torch.zeros_like(logprobs), torch.ones_like(logprobs)
     adv = torch.full_like(logprobs, advantage)
     r = RATIOS[ratio](logprobs, old, mask)
-    out = SURROGATES[recipe.surrogate](r, adv, logprobs, recipe.clip_low, recipe.clip_high)
+    out = SURROGATES[recipe.surrogate](r, adv, logprobs, recipe.params)
     out.loss.sum().backward()
     return logprobs.grad[0], out
 

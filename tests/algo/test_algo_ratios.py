@@ -1,4 +1,4 @@
-"""Importance ratios (ALGORITHMS.md §2): values and where their gradients flow."""
+"""Importance ratios (docs/algorithms.md §2): values and where their gradients flow."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""The named recipes of ALGORITHMS.md §8 and their validation."""
+"""The named recipes of docs/algorithms.md §8 and their validation."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Surrogate losses (ALGORITHMS.md §3) with gradients taken by autograd through logπ.
+"""Surrogate losses (docs/algorithms.md §3) with gradients taken by autograd through logπ.
 
 Every case sets logπ_old = 0 and logπ = log ρ, so ∂ρ/∂logπ = ρ and the expected gradient
 ∂ℓ/∂logπ is −ρÂ on an unclipped clip token and −w·Â for the logπ-weighted surrogates.
@@ -13,17 +13,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.algo.ratios import token_ratio
+from rlvr.algo.registry import Params
 from rlvr.algo.surrogates import cispo, clip, dual_clip, reinforce
 
 close = torch.testing.assert_close
 
 
-def run(surrogate, ratios, advantages, *args, **kwargs):
+def run(surrogate, ratios, advantages, clip_low, clip_high, dual_clip_c=3.0):
+    params = Params(clip_low=clip_low, clip_high=clip_high, dual_clip_c=dual_clip_c)
     logprobs = torch.log(torch.tensor([ratios], dtype=F64)).requires_grad_(True)
     old = torch.zeros_like(logprobs)
     mask = torch.ones_like(logprobs)
     adv = torch.tensor([advantages], dtype=F64)
-    out = surrogate(token_ratio(logprobs, old, mask), adv, logprobs, *args, **kwargs)
+    out = surrogate(token_ratio(logprobs, old, mask), adv, logprobs, params)
     out.loss.sum().backward()
     return out, logprobs.grad[0]
 
