@@ -20,8 +20,10 @@ def pack_prompt_response(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded `prompt + response` rows and where each response starts.
 
-    Returns `input_ids` (B, L), `attention_mask` (B, L) and `starts` (B,) with `L` =
-    max(len(prompt)) + T. Response token t of row b sits at column `starts[b] + t`.
+    Returns `input_ids` (B, L), `attention_mask` (B, L) and `starts` (B,) with `L` = the
+    longest `prompt + response` up to the response's last present token (no column is
+    all padding). Response token t of row b sits at column `starts[b] + t` when that
+    column exists; columns past a row's last present token are never needed.
     """
     batch, steps = response_ids.shape
     if len(prompt_ids) != batch:
@@ -29,15 +31,17 @@ def pack_prompt_response(
     lengths = torch.tensor([len(p) for p in prompt_ids], dtype=torch.long)
     if (lengths == 0).any():
         raise ValueError("every prompt needs at least one token to condition the response on")
-    width = int(lengths.max()) + steps
+    present = response_mask.cpu() > 0  # (B, T)
+    ends = (present * torch.arange(1, steps + 1)).amax(-1)  # (B,) last present column + 1
+    width = int((lengths + ends).max())
     input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((batch, width), dtype=torch.long)
-    cols = lengths[:, None] + torch.arange(steps)[None, :]  # (B, T)
     for b, prompt in enumerate(prompt_ids):
         input_ids[b, : len(prompt)] = torch.tensor(prompt, dtype=torch.long)
         attention_mask[b, : len(prompt)] = 1
-    input_ids.scatter_(1, cols, response_ids.long().cpu())
-    attention_mask.scatter_(1, cols, (response_mask.cpu() > 0).long())
+    rows, t = (torch.arange(steps)[None, :] < ends[:, None]).nonzero(as_tuple=True)
+    input_ids[rows, lengths[rows] + t] = response_ids.long().cpu()[rows, t]
+    attention_mask[rows, lengths[rows] + t] = present[rows, t].long()
     return input_ids, attention_mask, lengths
 
 
@@ -71,7 +75,9 @@ def response_hidden_states(
         position_ids=position_ids.to(device),
         use_cache=False,
     ).last_hidden_state  # (B, L, H)
-    cols = (starts[:, None] - 1 + torch.arange(response_ids.shape[1])[None, :]).to(device)
+    cols = starts[:, None] - 1 + torch.arange(response_ids.shape[1])[None, :]
+    # Columns past the packed width predict absent tokens only: any column will do.
+    cols = cols.clamp(max=input_ids.shape[1] - 1).to(device)
     return hidden.gather(1, cols[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, T, H)
 
 

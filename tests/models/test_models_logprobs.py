@@ -79,3 +79,17 @@ def test_bad_inputs_speak():
         pack_prompt_response(prompt_ids[:2], response_ids, response_mask, PAD)
     with pytest.raises(ValueError, match="temperature"):
         response_logprobs(None, prompt_ids, response_ids, response_mask, PAD, temperature=0)
+
+
+def test_pack_trims_columns_no_row_needs(model):
+    prompt_ids, response_ids, response_mask = batch()
+    # Two trailing response columns that no row fills: T = 5, every row ends by t = 2.
+    wide_ids = torch.nn.functional.pad(response_ids, (0, 2), value=PAD)
+    wide_mask = torch.nn.functional.pad(response_mask, (0, 2))
+    ids, attention, _ = pack_prompt_response(prompt_ids, wide_ids, wide_mask, PAD)
+    # width = max(3 + 3, 1 + 2, 2 + 3) = 6, not longest prompt 3 + T 5 = 8.
+    assert ids.shape == (3, 6) and attention.tolist()[1] == [1, 1, 1, 0, 0, 0]
+    got = response_logprobs(model, prompt_ids, wide_ids, wide_mask, PAD)
+    narrow = response_logprobs(model, prompt_ids, response_ids, response_mask, PAD)
+    torch.testing.assert_close(got[:, :3], narrow, atol=1e-6, rtol=0)
+    assert (got[:, 3:] == 0).all()
