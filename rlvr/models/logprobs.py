@@ -105,15 +105,38 @@ def response_logprobs(
         model.base_model, prompt_ids, response_ids, response_mask, pad_id
     )
     logits = lm_head_logits(model, hidden, fp32_head) / temperature  # (B, T, V) float32
-    log_probs = logits.log_softmax(-1)
     valid = response_mask.to(device) > 0
-    targets = response_ids.to(device).long()
-    token_logprobs = log_probs.gather(-1, targets[..., None]).squeeze(-1)
+    token_logprobs = gathered_logprobs(logits, response_ids.to(device).long())
     # where, not multiply: a -inf log-prob at a padded position would turn into NaN.
     token_logprobs = torch.where(valid, token_logprobs, torch.zeros_like(token_logprobs))
     if not return_entropy:
         return token_logprobs
     # Without an entropy bonus the entropy is only logged: keep it out of the autograd graph.
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        entropy = -(log_probs.exp() * log_probs.clamp(min=torch.finfo(log_probs.dtype).min)).sum(-1)
+        entropy = chunked_entropy(logits)
     return token_logprobs, torch.where(valid, entropy, torch.zeros_like(entropy))
+
+
+# Rows of logits per chunk: about 16 M float32 values (64 MiB) of log-softmax at a time.
+CHUNK_VALUES = 1 << 24
+
+
+def gathered_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[target] = logits[target] − logsumexp(logits), (...,) from
+    (..., V) logits: the full log-softmax is never materialised (nor kept for backward)."""
+    picked = logits.gather(-1, targets[..., None]).squeeze(-1)
+    return picked - logits.logsumexp(-1)
+
+
+def chunked_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """H = −Σ_v p_v log p_v of softmax(logits) per position (...,), computed over chunks
+    of positions so that at most `CHUNK_VALUES` log-probs exist at once."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    rows = max(1, CHUNK_VALUES // max(flat.shape[-1], 1))
+    parts = []
+    for chunk in flat.split(rows):
+        log_probs = chunk.log_softmax(-1)
+        parts.append(
+            -(log_probs.exp() * log_probs.clamp(min=torch.finfo(log_probs.dtype).min)).sum(-1)
+        )
+    return torch.cat(parts).reshape(logits.shape[:-1])
