@@ -11,9 +11,9 @@ checkpointing, and rlvr. Every contestant's first steps are warm-up and not coun
 
 The first result line is `ratio X.XX`: TRL-default s/step / rlvr s/step for the first size
 and loss (by default the 3 M model with grpo). Then per setting: the median and spread
-(min–max) of each contestant's step time, the ratios, and the split of the median step
-into generation / log-prob forward / backward / optimizer (the rest: rewards,
-advantages, bookkeeping).
+(min–max) of each contestant's step time, the ratios, and the medians of the time spent
+in generation / log-prob forwards / backward / optimizer (grad clipping included) and in
+the rest (rewards, advantages, bookkeeping); medians of parts need not add up exactly.
 
 rlvr's step is the body of `Trainer.train_step` (generate → rewards → `prepare_batch` →
 `policy_update`) without the task registry and prompt pool. TRL runs offline: the
@@ -26,7 +26,9 @@ Run: python benchmarks/step_vs_trl.py [--sizes 3m,30m] [--losses grpo,dapo] [--r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import io
 import os
 import statistics
 import string
@@ -345,7 +347,7 @@ def summarize(times: list[dict[str, float]]) -> dict[str, float]:
     out = {"median": statistics.median(steps), "min": min(steps), "max": max(steps)}
     for phase in PHASES:
         out[phase] = statistics.median(t.get(phase, 0.0) for t in times)
-    out["other"] = out["median"] - sum(out[p] for p in PHASES)
+    out["other"] = statistics.median(t["step"] - sum(t.get(p, 0.0) for p in PHASES) for t in times)
     return out
 
 
@@ -382,7 +384,7 @@ def main() -> None:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    print(
+    header = (
         f"# threads={torch.get_num_threads()} torch {torch.__version__}; "
         f"{len(PROMPTS)} prompts x {args.group} x {args.tokens} tokens, fp32, beta=0; "
         f"{args.warmup} warm-up + {args.reps} counted steps each, alternating"
@@ -390,10 +392,13 @@ def main() -> None:
     first = True
     for size in args.sizes.split(","):
         for loss in args.losses.split(","):
-            params, results = run_setting(
-                size, loss, args.reps, args.warmup, args.tokens, args.group
-            )
+            with contextlib.redirect_stdout(io.StringIO()):  # TRL's end-of-train dicts
+                params, results = run_setting(
+                    size, loss, args.reps, args.warmup, args.tokens, args.group
+                )
             report(size, loss, params, results, first)
+            if first:
+                print(header)
             first = False
 
 
