@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rlvr.models.fused_llama import shared_prefix_hidden, supports
+
 
 def pack_prompt_response(
     prompt_ids: list[list[int]],
@@ -101,9 +103,13 @@ def response_logprobs(
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     device = next(model.parameters()).device
-    hidden = response_hidden_states(
-        model.base_model, prompt_ids, response_ids, response_mask, pad_id
-    )
+    # Llama-family models run each group's shared prompt once (same values and gradient).
+    if supports(model):
+        hidden = shared_prefix_hidden(model, prompt_ids, response_ids, response_mask, pad_id)
+    else:
+        hidden = response_hidden_states(
+            model.base_model, prompt_ids, response_ids, response_mask, pad_id
+        )
     logits = lm_head_logits(model, hidden, fp32_head) / temperature  # (B, T, V) float32
     valid = response_mask.to(device) > 0
     token_logprobs = gathered_logprobs(logits, response_ids.to(device).long())

@@ -14,10 +14,11 @@ import inspect
 import torch
 from transformers import DynamicCache
 
+from rlvr.models.fused_llama import supports
 from rlvr.models.logprobs import lm_head_logits
 from rlvr.models.tokenizer import Tokenizer
 from rlvr.rollout.base import Generation, SamplingParams
-from rlvr.rollout.static_decode import StaticDecoder, supports
+from rlvr.rollout.static_decode import StaticDecoder
 
 
 def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -7,8 +7,8 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from rlvr.models import CharTokenizer, build_tiny_policy, response_logprobs, tiny_qwen2_config
+from rlvr.models.fused_llama import supports
 from rlvr.rollout import HFEngine, SamplingParams
-from rlvr.rollout.static_decode import supports
 
 PROMPTS = ["Q: 37+85=? A:", "Q: 1+2=? A:", "Q: 99+9=? A:"]  # different lengths: left padding
 
@@ -94,3 +94,10 @@ def test_unsupported_models_use_their_own_forward(tokenizer):
     assert not supports(gpt2)
     assert HFEngine(gpt2, tokenizer)._static is None
     assert supports(qwen2(tokenizer))
+
+
+def test_gradient_checkpointing_keeps_the_models_own_forward(tokenizer):
+    model = qwen2(tokenizer)
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.x
+    (enable or model.gradient_checkpointing_enable)()
+    assert not supports(model)
