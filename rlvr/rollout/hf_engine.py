@@ -2,9 +2,9 @@
 
 Every prompt is repeated `group_size` times and left-padded, so all rows decode in
 lock-step; Llama-family models (Qwen2, Llama, Mistral) decode through `static_decode`'s
-lean loop with a preallocated cache, other models through their own forward. The logits go through the same float32 LM head as the trainer's forward
-(`rlvr.models.logprobs`), so `sampler_logprobs` matches the trainer's log-probs up to
-floating-point reduction order.
+lean loop with a preallocated cache, other models through their own forward. The logits
+go through the same float32 LM head as the trainer's forward (`rlvr.models.logprobs`), so
+`sampler_logprobs` matches the trainer's log-probs up to floating-point reduction order.
 """
 
 from __future__ import annotations
