@@ -127,6 +127,14 @@ def reward(text: str) -> float:
     return sum(c.isdigit() for c in text) / max(len(text), 1)
 
 
+def correct(text: str) -> bool:
+    """rlvr's 0/1 verdict (what DAPO's dynamic sampling filters on): at least 9 digits
+    of 32 tokens, the median at initialisation (measured: mean 9.1 on seed 0),
+    so nearly every group is mixed and both sides train on the same rows (TRL has no
+    dynamic sampling); the benchmark prints the rows rlvr trained."""
+    return sum(c.isdigit() for c in text) >= 9
+
+
 # ---------------------------------------------------------------- phase timing
 
 
@@ -178,7 +186,7 @@ class RlvrSide:
         gen = self.engine.generate_ids(self.prompt_ids, self.params, self.generator)
         rewards = [reward(t) for t in gen.texts]
         rollout = from_generation(
-            gen, PROMPTS, 0, [r > 0.5 for r in rewards], [True] * len(rewards), rewards
+            gen, PROMPTS, 0, [correct(t) for t in gen.texts], [True] * len(rewards), rewards
         )
         prepared = prepare_batch(
             self.recipe,
@@ -191,7 +199,8 @@ class RlvrSide:
         )
         with self._timed_update():
             policy_update(self.model, self.optimizer, self.recipe, rollout, prepared, self.settings)
-        return {"step": time.perf_counter() - start, **self.phases.take()}
+        elapsed = time.perf_counter() - start
+        return {"step": elapsed, "rows": int(prepared.keep.sum()), **self.phases.take()}
 
     @contextmanager
     def _timed_update(self):
@@ -353,6 +362,7 @@ def summarize(times: list[dict[str, float]]) -> dict[str, float]:
 
 def report(size, loss, params, results, first: bool) -> None:
     s = {name: summarize(t) for name, t in results.items()}
+    rows = sorted({t["rows"] for t in results["rlvr"]})
     ratio = s["trl"]["median"] / s["rlvr"]["median"]
     ratio_nogc = s["trl_nogc"]["median"] / s["rlvr"]["median"]
     if first:
@@ -370,6 +380,7 @@ def report(size, loss, params, results, first: bool) -> None:
             f"{name:<10} {m['median']:7.3f} {m['min']:6.3f} {m['max']:6.3f} "
             + " ".join(f"{m[p]:9.3f}" for p in (*PHASES, "other"))
         )
+    print(f"rows rlvr trained per step: {rows} (TRL trains every row)")
     sys.stdout.flush()
 
 
