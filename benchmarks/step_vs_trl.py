@@ -171,7 +171,11 @@ class RlvrSide:
     def __init__(self, model, hf_tok, loss: str, tokens: int, group: int) -> None:
         self.model = model.train()
         self.tokenizer = NoEosTokenizer(hf_tok)
-        self.recipe = get_recipe(loss, kl_coef=0.0)
+        # TRL's loss_type="dapo" is DAPO's loss (token-mean, clip-higher 0.28) without
+        # dynamic sampling; rlvr's dapo recipe is run the same way so both train every row.
+        self.recipe = get_recipe(
+            loss, kl_coef=0.0, **({"dynamic_sampling": False} if loss == "dapo" else {})
+        )
         self.engine = HFEngine(model, self.tokenizer, fp32_head=self.recipe.fp32_head)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
         self.params = SamplingParams(group, 1.0, 1.0, tokens)
