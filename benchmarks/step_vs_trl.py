@@ -20,7 +20,7 @@ rlvr's step is the body of `Trainer.train_step` (generate → rewards → `prepa
 tokenizer is built locally, `report_to="none"`, nothing is saved.
 
 Needs the `bench` extra (`pip install -e .[bench]`); rlvr itself never imports TRL.
-Run: python benchmarks/step_vs_trl.py [--sizes 3m,30m] [--losses grpo,dapo] [--reps 5]
+Run: python benchmarks/step_vs_trl.py [--sizes 3m,30m] [--losses grpo,dapo] [--reps 8]
 """
 
 from __future__ import annotations
@@ -364,6 +364,14 @@ def summarize(times: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+def paired(results, name: str) -> float:
+    """Median over rounds of TRL step / rlvr step within the same round: the three
+    contestants of a round run back to back, so load that drifts between rounds cancels."""
+    return statistics.median(
+        t["step"] / r["step"] for t, r in zip(results[name], results["rlvr"], strict=True)
+    )
+
+
 def report(size, loss, params, results, first: bool) -> None:
     s = {name: summarize(t) for name, t in results.items()}
     rows = sorted({t["rows"] for t in results["rlvr"]})
@@ -373,7 +381,9 @@ def report(size, loss, params, results, first: bool) -> None:
         print(f"ratio {ratio:.2f}")
     print(
         f"\n== {size} ({params / 1e6:.2f} M params), loss {loss}: "
-        f"TRL-default/rlvr {ratio:.2f}x, TRL-no-checkpointing/rlvr {ratio_nogc:.2f}x"
+        f"TRL-default/rlvr {ratio:.2f}x, TRL-no-checkpointing/rlvr {ratio_nogc:.2f}x "
+        f"(ratio of medians); per-round paired medians {paired(results, 'trl'):.2f}x, "
+        f"{paired(results, 'trl_nogc'):.2f}x"
     )
     print(
         f"{'contestant':<10} {'s/step':>7} {'min':>6} {'max':>6} "
@@ -392,7 +402,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="3m", help=f"comma list of {sorted(SIZES)}")
     parser.add_argument("--losses", default="grpo,dapo", help="comma list: grpo, dapo")
-    parser.add_argument("--reps", type=int, default=5, help="counted steps per contestant")
+    parser.add_argument("--reps", type=int, default=8, help="counted steps per contestant")
     parser.add_argument("--warmup", type=int, default=2, help="uncounted first steps")
     parser.add_argument("--tokens", type=int, default=32, help="new tokens per completion")
     parser.add_argument("--group", type=int, default=8, help="completions per prompt")
