@@ -21,24 +21,30 @@ import torch
 import torch.nn.functional as F
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 Cache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (B, Hkv, L, D)
 
 
 def supports(model: torch.nn.Module) -> bool:
     """True when `model` is a Llama-family LM whose forward this module reproduces: SiLU
-    gated MLP, RMSNorm, rotary positions, full attention in every layer, no attention
-    dropout in training mode and no gradient checkpointing asked for."""
+    gated MLP, RMSNorm, length-independent rotary positions, full attention in every
+    layer (no sliding window), no attention dropout in training mode and no gradient
+    checkpointing asked for."""
     cfg = getattr(model, "config", None)
     base = getattr(model, "base_model", None)
     if cfg is None or base is None or getattr(cfg, "model_type", None) not in SUPPORTED_MODEL_TYPES:
         return False
     layer_types = getattr(cfg, "layer_types", None) or ["full_attention"]
+    window = getattr(cfg, "sliding_window", None)  # Mistral applies it to every layer
     dropout = model.training and getattr(cfg, "attention_dropout", 0.0) > 0
     return (
         getattr(cfg, "hidden_act", None) == "silu"
         and all(t == "full_attention" for t in layer_types)
+        and (window is None or window >= cfg.max_position_embeddings)
         and all(hasattr(base, name) for name in ("embed_tokens", "layers", "norm", "rotary_emb"))
+        # Rotary angles must not depend on the sequence length (no dynamic/long RoPE).
+        and getattr(base.rotary_emb, "rope_type", "default") in STATIC_ROPE_TYPES
         and not dropout
         and not any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
     )

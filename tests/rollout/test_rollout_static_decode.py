@@ -101,3 +101,17 @@ def test_gradient_checkpointing_keeps_the_models_own_forward(tokenizer):
     enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.x
     (enable or model.gradient_checkpointing_enable)()
     assert not supports(model)
+
+
+def test_sliding_window_and_dynamic_rope_keep_the_models_own_forward(tokenizer):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    small = {"vocab_size": tokenizer.vocab_size, "hidden_size": 32, "intermediate_size": 64}
+    small |= {"num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2}
+    windowed = MistralForCausalLM(MistralConfig(**small, sliding_window=8))
+    assert not supports(windowed)
+    assert supports(MistralForCausalLM(MistralConfig(**small, sliding_window=None)))
+    dynamic = LlamaForCausalLM(
+        LlamaConfig(**small, rope_parameters={"rope_type": "dynamic", "factor": 2.0})
+    )
+    assert dynamic.model.rotary_emb.rope_type == "dynamic" and not supports(dynamic)
