@@ -6,7 +6,7 @@ one after another:
   - recipes grpo, dr_grpo, dapo, gspo, cispo, ppo: s/step, rollout vs train seconds;
   - gspo with and without `zero_adv_skip`: train seconds and their ratio (the gradient is
     identical by construction; tests/algo prove it).
-Run: .venv/bin/python benchmarks/bench_step.py [--steps 5]
+Run: .venv/bin/python benchmarks/bench_step.py [--steps 5] [--recipes grpo --no-skip]
 """
 
 from __future__ import annotations
@@ -46,14 +46,20 @@ def measure(recipe: str, steps: int, **overrides) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument(
+        "--recipes", default="grpo,dr_grpo,dapo,gspo,cispo,ppo", help="comma list of recipes"
+    )
+    parser.add_argument("--no-skip", action="store_true", help="leave out the gspo skip rows")
     args = parser.parse_args()
     print(f"{'recipe':<22} {'s/step':>7} {'rollout s':>9} {'train s':>8} {'tokens':>7}")
-    for recipe in ("grpo", "dr_grpo", "dapo", "gspo", "cispo", "ppo"):
+    for recipe in args.recipes.split(","):
         m = measure(recipe, args.steps)
         print(
             f"{recipe:<22} {m['step_s']:7.3f} {m['time/rollout_s']:9.3f} "
             f"{m['time/train_s']:8.3f} {m['rollout/generated_tokens']:7.0f}"
         )
+    if args.no_skip:
+        return
     skip = measure("gspo", args.steps, zero_adv_skip=True)
     full = measure("gspo", args.steps, zero_adv_skip=False)
     print(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rlvr.models.fused_llama import shared_prefix_hidden, supports
+
 
 def pack_prompt_response(
     prompt_ids: list[list[int]],
@@ -20,8 +22,10 @@ def pack_prompt_response(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded `prompt + response` rows and where each response starts.
 
-    Returns `input_ids` (B, L), `attention_mask` (B, L) and `starts` (B,) with `L` =
-    max(len(prompt)) + T. Response token t of row b sits at column `starts[b] + t`.
+    Returns `input_ids` (B, L), `attention_mask` (B, L) and `starts` (B,) with `L` = the
+    longest `prompt + response` up to the response's last present token (no column is
+    all padding). Response token t of row b sits at column `starts[b] + t` when that
+    column exists; columns past a row's last present token are never needed.
     """
     batch, steps = response_ids.shape
     if len(prompt_ids) != batch:
@@ -29,15 +33,17 @@ def pack_prompt_response(
     lengths = torch.tensor([len(p) for p in prompt_ids], dtype=torch.long)
     if (lengths == 0).any():
         raise ValueError("every prompt needs at least one token to condition the response on")
-    width = int(lengths.max()) + steps
+    present = response_mask.cpu() > 0  # (B, T)
+    ends = (present * torch.arange(1, steps + 1)).amax(-1)  # (B,) last present column + 1
+    width = int((lengths + ends).max())
     input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((batch, width), dtype=torch.long)
-    cols = lengths[:, None] + torch.arange(steps)[None, :]  # (B, T)
     for b, prompt in enumerate(prompt_ids):
         input_ids[b, : len(prompt)] = torch.tensor(prompt, dtype=torch.long)
         attention_mask[b, : len(prompt)] = 1
-    input_ids.scatter_(1, cols, response_ids.long().cpu())
-    attention_mask.scatter_(1, cols, (response_mask.cpu() > 0).long())
+    rows, t = (torch.arange(steps)[None, :] < ends[:, None]).nonzero(as_tuple=True)
+    input_ids[rows, lengths[rows] + t] = response_ids.long().cpu()[rows, t]
+    attention_mask[rows, lengths[rows] + t] = present[rows, t].long()
     return input_ids, attention_mask, lengths
 
 
@@ -90,7 +96,9 @@ def response_hidden_states(
         position_ids=position_ids.to(device),
         use_cache=False,
     ).last_hidden_state  # (B, L, H)
-    cols = (starts[:, None] - 1 + torch.arange(response_ids.shape[1])[None, :]).to(device)
+    cols = starts[:, None] - 1 + torch.arange(response_ids.shape[1])[None, :]
+    # Columns past the packed width predict absent tokens only: any column will do.
+    cols = cols.clamp(max=input_ids.shape[1] - 1).to(device)
     return hidden.gather(1, cols[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, T, H)
 
 
@@ -114,19 +122,46 @@ def response_logprobs(
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     device = next(model.parameters()).device
-    hidden = response_hidden_states(
-        model.base_model, prompt_ids, response_ids, response_mask, pad_id
-    )
+    # Llama-family models run each group's shared prompt once (same values and gradient).
+    if supports(model):
+        hidden = shared_prefix_hidden(model, prompt_ids, response_ids, response_mask, pad_id)
+    else:
+        hidden = response_hidden_states(
+            model.base_model, prompt_ids, response_ids, response_mask, pad_id
+        )
     logits = lm_head_logits(model, hidden, fp32_head) / temperature  # (B, T, V) float32
-    log_probs = logits.log_softmax(-1)
     valid = response_mask.to(device) > 0
-    targets = response_ids.to(device).long()
-    token_logprobs = log_probs.gather(-1, targets[..., None]).squeeze(-1)
+    token_logprobs = gathered_logprobs(logits, response_ids.to(device).long())
     # where, not multiply: a -inf log-prob at a padded position would turn into NaN.
     token_logprobs = torch.where(valid, token_logprobs, torch.zeros_like(token_logprobs))
     if not return_entropy:
         return token_logprobs
     # Without an entropy bonus the entropy is only logged: keep it out of the autograd graph.
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        entropy = -(log_probs.exp() * log_probs.clamp(min=torch.finfo(log_probs.dtype).min)).sum(-1)
+        entropy = chunked_entropy(logits)
     return token_logprobs, torch.where(valid, entropy, torch.zeros_like(entropy))
+
+
+# Rows of logits per chunk: about 16 M float32 values (64 MiB) of log-softmax at a time.
+CHUNK_VALUES = 1 << 24
+
+
+def gathered_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[target] = logits[target] − logsumexp(logits), (...,) from
+    (..., V) logits: the full log-softmax is never materialised (nor kept for backward)."""
+    picked = logits.gather(-1, targets[..., None]).squeeze(-1)
+    return picked - logits.logsumexp(-1)
+
+
+def chunked_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """H = −Σ_v p_v log p_v of softmax(logits) per position (...,), computed over chunks
+    of positions so that at most `CHUNK_VALUES` log-probs exist at once."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    rows = max(1, CHUNK_VALUES // max(flat.shape[-1], 1))
+    parts = []
+    for chunk in flat.split(rows):
+        log_probs = chunk.log_softmax(-1)
+        parts.append(
+            -(log_probs.exp() * log_probs.clamp(min=torch.finfo(log_probs.dtype).min)).sum(-1)
+        )
+    return torch.cat(parts).reshape(logits.shape[:-1])

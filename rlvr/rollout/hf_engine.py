@@ -1,10 +1,12 @@
 """Rollouts with a Hugging Face causal LM: batched sampling with a KV cache.
 
 Every prompt is repeated `group_size` times and left-padded, so all rows decode in
-lock-step; the logits go through the same float32 LM head as the trainer's forward
-(`rlvr.models.logprobs`), so with top_p = 1 `sampler_logprobs` matches the trainer's
-log-probs up to floating-point reduction order. With top_p < 1 they are the log-probs of
-the renormalised nucleus, the distribution actually sampled from.
+lock-step; Llama-family models (Qwen2, Llama, Mistral) decode through `static_decode`'s
+lean loop with a preallocated cache, other models through their own forward. The logits
+go through the same float32 LM head as the trainer's forward (`rlvr.models.logprobs`), so
+with top_p = 1 `sampler_logprobs` matches the trainer's log-probs up to floating-point
+reduction order. With top_p < 1 they are the log-probs of the renormalised nucleus, the
+distribution actually sampled from.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import inspect
 import torch
 from transformers import DynamicCache
 
+from rlvr.models.fused_llama import supports
 from rlvr.models.logprobs import lm_head_logits
 from rlvr.models.tokenizer import Tokenizer
 from rlvr.rollout.base import Generation, SamplingParams
+from rlvr.rollout.static_decode import StaticDecoder
 
 
 def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -41,6 +45,19 @@ def nucleus_log_probs(log_probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return inside - inside.logsumexp(-1, keepdim=True)
 
 
+def sample_next(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One sampling step: tokens (B,) drawn from softmax(logits / T) cut to the top-p
+    nucleus and renormalised, and their log-probs (B,) under that same distribution
+    (what TIS must correct toward)."""
+    log_probs = (logits / params.temperature).log_softmax(-1)  # (B, V)
+    log_probs = nucleus_log_probs(log_probs, params.top_p)
+    token = torch.multinomial(log_probs.exp().to(generator.device), 1, generator=generator)
+    token = token.to(logits.device)  # (B, 1)
+    return token[:, 0], log_probs.gather(-1, token)[:, 0]
+
+
 def _cache_kwarg(model: torch.nn.Module) -> str:
     """transformers 5 renamed `past_key_values` to `cache`; accept either."""
     params = inspect.signature(model.base_model.forward).parameters
@@ -51,12 +68,19 @@ class HFEngine:
     """`RolloutEngine` over an in-process `transformers` causal LM."""
 
     def __init__(
-        self, model: torch.nn.Module, tokenizer: Tokenizer, fp32_head: bool = True
+        self,
+        model: torch.nn.Module,
+        tokenizer: Tokenizer,
+        fp32_head: bool = True,
+        static_cache: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.fp32_head = fp32_head
         self._cache_kwarg = _cache_kwarg(model)
+        # Llama-family models decode through rlvr's lean loop; anything else through
+        # the model's own forward.
+        self._static = StaticDecoder(model, fp32_head) if static_cache and supports(model) else None
 
     def generate(
         self, prompts: list[str], params: SamplingParams, generator: torch.Generator
@@ -106,10 +130,33 @@ class HFEngine:
         row's length are garbage for `_package` to mask."""
         device = next(self.model.parameters()).device
         group = params.group_size
-        # A group shares its prompt: prefill each prompt once, then copy its KV cache.
+        # A group shares its prompt: each prompt is prefilled once, its KV cache copied.
         input_ids, attention_mask = left_pad(
             prompt_ids[::group], self.tokenizer.pad_token_id, device
         )
+        batch = len(prompt_ids)
+        lengths = torch.full((batch,), params.max_new_tokens, dtype=torch.long, device=device)
+        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        logprobs = []
+
+        def sample(logits: torch.Tensor) -> torch.Tensor:
+            token, logprob = sample_next(logits, params, generator)
+            logprobs.append(logprob)
+            return token
+
+        def stop(token: torch.Tensor, step: int) -> bool:
+            ended = ~done & (token == self.tokenizer.eos_token_id)
+            lengths.masked_fill_(ended, step + 1)
+            done.logical_or_(ended)
+            return bool(done.all())
+
+        decode = self._static.decode if self._static is not None else self._dynamic_decode
+        tokens = decode(input_ids, attention_mask, group, params.max_new_tokens, sample, stop)
+        return torch.stack(tokens, -1), torch.stack(logprobs, -1), lengths
+
+    def _dynamic_decode(self, input_ids, attention_mask, group, max_new_tokens, sample, stop):
+        """The generic path for any `transformers` causal LM: its own forward with a
+        `DynamicCache`. Same contract as `StaticDecoder.decode`."""
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
         logits = self._next_logits(input_ids, attention_mask, position_ids, cache)
@@ -117,29 +164,18 @@ class HFEngine:
         cache.batch_repeat_interleave(group)
         attention_mask = attention_mask.repeat_interleave(group, 0)
         position_ids = position_ids[:, -1:].repeat_interleave(group, 0)
-        batch = len(prompt_ids)
-        lengths = torch.full((batch,), params.max_new_tokens, dtype=torch.long, device=device)
-        done = torch.zeros(batch, dtype=torch.bool, device=device)
-        tokens, logprobs = [], []
-        for step in range(params.max_new_tokens):
+        tokens = []
+        for step in range(max_new_tokens):
             if step > 0:
-                attention_mask = torch.cat([attention_mask, attention_mask.new_ones(batch, 1)], -1)
+                attention_mask = torch.cat(
+                    [attention_mask, attention_mask.new_ones(len(attention_mask), 1)], -1
+                )
                 position_ids = position_ids + 1
                 logits = self._next_logits(tokens[-1][:, None], attention_mask, position_ids, cache)
-            log_probs = (logits / params.temperature).log_softmax(-1)  # (B, V)
-            # Report what was sampled from: TIS corrects toward this distribution.
-            log_probs = nucleus_log_probs(log_probs, params.top_p)
-            probs = log_probs.exp()
-            token = torch.multinomial(probs.to(generator.device), 1, generator=generator)
-            token = token.to(device)  # (B, 1)
-            tokens.append(token[:, 0])
-            logprobs.append(log_probs.gather(-1, token)[:, 0])
-            ended = ~done & (token[:, 0] == self.tokenizer.eos_token_id)
-            lengths = torch.where(ended, step + 1, lengths)
-            done |= ended
-            if bool(done.all()):
+            tokens.append(sample(logits))
+            if stop(tokens[-1], step):
                 break
-        return torch.stack(tokens, -1), torch.stack(logprobs, -1), lengths
+        return tokens
 
     def _package(self, prompt_ids, prompt_index, tokens, logprobs, lengths, params) -> Generation:
         tokens, logprobs, lengths = tokens.cpu(), logprobs.cpu().float(), lengths.cpu()

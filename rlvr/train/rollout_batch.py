@@ -65,20 +65,29 @@ class Rollout:
                 sliced[f.name] = value
         return replace(self, **sliced)
 
+    def by_length(self, rows: torch.Tensor) -> torch.Tensor:
+        """`rows` (a long index tensor) ordered by packed length, prompt + response, so
+        that micro-batches of neighbours pad little; ties keep their order."""
+        prompt = torch.tensor([len(self.prompt_ids[i]) for i in rows.tolist()], dtype=torch.long)
+        lengths = prompt + (self.response_mask[rows] > 0).sum(-1)
+        return rows[torch.argsort(lengths, stable=True)]
+
     def forward_rows(self, fn, micro_batch_size: int) -> torch.Tensor:
         """`fn(prompt_ids, response_ids, response_mask)` → (b, T) over every row, in
-        micro-batches and without gradient (π_old, π_ref and V_old forwards)."""
+        length-sorted micro-batches and without gradient (π_old, π_ref and V_old
+        forwards); rows come back in their own order."""
+        order = self.by_length(torch.arange(len(self)))
         with torch.no_grad():
-            return torch.cat(
-                [
-                    fn(
-                        [self.prompt_ids[i] for i in rows.tolist()],
-                        self.response_ids[rows],
-                        self.response_mask[rows],
-                    )
-                    for rows in torch.split(torch.arange(len(self)), micro_batch_size)
-                ]
-            )
+            parts = [
+                fn(
+                    [self.prompt_ids[i] for i in rows.tolist()],
+                    self.response_ids[rows],
+                    self.response_mask[rows],
+                )
+                for rows in torch.split(order, micro_batch_size)
+            ]
+        out = torch.cat(parts)
+        return out.new_empty(out.shape).index_copy_(0, order, out)
 
     @staticmethod
     def concat(parts: list[Rollout]) -> Rollout:

@@ -94,7 +94,7 @@ def policy_update(
                 settings.max_new_tokens,
             )
             optimizer.zero_grad(set_to_none=True)
-            active = (rows & ~skip).nonzero().squeeze(-1)
+            active = rollout.by_length((rows & ~skip).nonzero().squeeze(-1))
             for micro in torch.split(active, settings.micro_batch_size) if len(active) else ():
                 stats.merge(
                     _micro_step(

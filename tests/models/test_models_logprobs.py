@@ -79,3 +79,35 @@ def test_bad_inputs_speak():
         pack_prompt_response(prompt_ids[:2], response_ids, response_mask, PAD)
     with pytest.raises(ValueError, match="temperature"):
         response_logprobs(None, prompt_ids, response_ids, response_mask, PAD, temperature=0)
+
+
+def test_pack_trims_columns_no_row_needs(model):
+    prompt_ids, response_ids, response_mask = batch()
+    # Two trailing response columns that no row fills: T = 5, every row ends by t = 2.
+    wide_ids = torch.nn.functional.pad(response_ids, (0, 2), value=PAD)
+    wide_mask = torch.nn.functional.pad(response_mask, (0, 2))
+    ids, attention, _ = pack_prompt_response(prompt_ids, wide_ids, wide_mask, PAD)
+    # width = max(3 + 3, 1 + 2, 2 + 3) = 6, not longest prompt 3 + T 5 = 8.
+    assert ids.shape == (3, 6) and attention.tolist()[1] == [1, 1, 1, 0, 0, 0]
+    got = response_logprobs(model, prompt_ids, wide_ids, wide_mask, PAD)
+    narrow = response_logprobs(model, prompt_ids, response_ids, response_mask, PAD)
+    torch.testing.assert_close(got[:, :3], narrow, atol=1e-6, rtol=0)
+    assert (got[:, 3:] == 0).all()
+
+
+def test_gathered_logprobs_and_chunked_entropy_equal_the_full_log_softmax(monkeypatch):
+    from rlvr.models import logprobs as lp
+
+    torch.manual_seed(0)
+    logits = (torch.randn(3, 5, 40) * 4).requires_grad_()
+    targets = torch.randint(0, 40, (3, 5))
+    full = logits.log_softmax(-1)
+    expected_lp = full.gather(-1, targets[..., None])[..., 0]
+    expected_h = -(full.exp() * full).sum(-1)
+    monkeypatch.setattr(lp, "CHUNK_VALUES", 40 * 4)  # 4 positions per chunk: 15 = 4+4+4+3
+    got_lp, got_h = lp.gathered_logprobs(logits, targets), lp.chunked_entropy(logits)
+    torch.testing.assert_close(got_lp, expected_lp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got_h, expected_h, atol=1e-5, rtol=0)
+    (grad_got,) = torch.autograd.grad((got_lp.sum() + got_h.sum()), logits)
+    (grad_exp,) = torch.autograd.grad((expected_lp.sum() + expected_h.sum()), logits)
+    torch.testing.assert_close(grad_got, grad_exp, atol=1e-5, rtol=0)

@@ -105,6 +105,7 @@ class ScriptedEngine(HFEngine):
                 tiny_qwen2_config(tokenizer.vocab_size, hidden=32, layers=1, heads=2, kv_heads=2), 0
             ),
             tokenizer,
+            static_cache=False,  # the script replaces the generic path's forward
         )
         self.eos_at, self.calls = eos_at, 0
 

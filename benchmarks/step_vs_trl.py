@@ -1,0 +1,431 @@
+"""One RL training step, rlvr against TRL's GRPOTrainer, on the same work, side by side.
+
+Both sides get a deep copy of one freshly initialised Qwen2-style model (fp32, character
+vocabulary of 50), the same 8 prompts × group 8, exactly `--tokens` new tokens per row
+(TRL: `min_new_tokens` suppresses EOS; rlvr: the benchmark tokenizer's EOS id is one the
+model cannot emit), temperature 1, top-p 1, no top-k, no reference model (β = 0), one
+optimizer step per rollout batch (on-policy), the same reward function and AdamW settings.
+Three contestants are run in turn, step by step, so that load from other processes hits
+them alike: TRL with its defaults (gradient checkpointing on), TRL without gradient
+checkpointing, and rlvr. Every contestant's first steps are warm-up and not counted.
+
+The first result line is `ratio X.XX`: TRL-default s/step / rlvr s/step for the first size
+and loss (by default the 3 M model with grpo). Then per setting: the median and spread
+(min–max) of each contestant's step time, the ratios, and the medians of the time spent
+in generation / log-prob forwards / backward / optimizer (grad clipping included) and in
+the rest (rewards, advantages, bookkeeping); medians of parts need not add up exactly.
+
+rlvr's step is the body of `Trainer.train_step` (generate → rewards → `prepare_batch` →
+`policy_update`) without the task registry and prompt pool. TRL runs offline: the
+tokenizer is built locally, `report_to="none"`, nothing is saved.
+
+Needs the `bench` extra (`pip install -e .[bench]`); rlvr itself never imports TRL.
+Run: python benchmarks/step_vs_trl.py [--sizes 3m,30m] [--losses grpo,dapo] [--reps 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import io
+import os
+import statistics
+import string
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections import defaultdict
+from contextlib import contextmanager
+
+import torch
+
+from rlvr.algo import prepare_batch
+from rlvr.algo.recipes import get_recipe
+from rlvr.models.tiny import count_parameters
+from rlvr.rollout import HFEngine, SamplingParams
+from rlvr.train import update as rlvr_update
+from rlvr.train.rollout_batch import from_generation
+from rlvr.train.update import UpdateSettings, policy_update
+
+SIZES = {  # name: (hidden, layers, heads, intermediate)
+    "3m": (256, 4, 4, 768),
+    "30m": (512, 8, 8, 1792),
+}
+CHARS = string.ascii_lowercase + string.digits + "+-*=() ."  # 44 + 2 specials + 4 spare
+PAD, EOS = 0, 1
+LR = 1e-5
+
+
+# ---------------------------------------------------------------- shared setup
+
+
+def build_model(size: str, vocab: int, seed: int = 0):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    hidden, layers, heads, inter = SIZES[size]
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config).float()
+
+
+def build_hf_tokenizer():
+    """A character-level `PreTrainedTokenizerFast`, built in memory (no hub access)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": PAD, "<eos>": EOS} | {c: i + 2 for i, c in enumerate(CHARS)}
+    for i in range(50 - len(vocab)):
+        vocab[f"<unused{i}>"] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+
+
+class NoEosTokenizer:
+    """rlvr's tokenizer interface over the same vocabulary, with an EOS id no token has,
+    so every row runs the full budget (TRL's `min_new_tokens` does the same there)."""
+
+    pad_token_id = PAD
+    eos_token_id = -1
+
+    def __init__(self, hf) -> None:
+        self.hf = hf
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.hf)
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids, skip_special: bool = True) -> str:
+        return self.hf.decode(ids, skip_special_tokens=skip_special)
+
+
+PROMPTS = [
+    f"{a}+{b}=" for a, b in [(12, 7), (3, 45), (61, 9), (8, 8), (27, 33), (5, 90), (14, 2), (70, 6)]
+]
+
+
+def reward(text: str) -> float:
+    """A cheap reward with spread inside every group: the share of digits in the text."""
+    return sum(c.isdigit() for c in text) / max(len(text), 1)
+
+
+def correct(text: str) -> bool:
+    """rlvr's 0/1 verdict (what DAPO's dynamic sampling filters on): at least 9 digits
+    of 32 tokens, the median at initialisation (measured: mean 9.1 on seed 0),
+    so nearly every group is mixed and both sides train on the same rows (TRL has no
+    dynamic sampling); the benchmark prints the rows rlvr trained."""
+    return sum(c.isdigit() for c in text) >= 9
+
+
+# ---------------------------------------------------------------- phase timing
+
+
+class Phases:
+    """Accumulated seconds per phase for the step in progress."""
+
+    def __init__(self) -> None:
+        self.now: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def time(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.now[name] += time.perf_counter() - start
+
+    def wrap(self, name: str, fn):
+        def timed(*args, **kwargs):
+            with self.time(name):
+                return fn(*args, **kwargs)
+
+        return timed
+
+    def take(self) -> dict[str, float]:
+        out, self.now = dict(self.now), defaultdict(float)
+        return out
+
+
+# ---------------------------------------------------------------- rlvr
+
+
+class RlvrSide:
+    def __init__(self, model, hf_tok, loss: str, tokens: int, group: int) -> None:
+        self.model = model.train()
+        self.tokenizer = NoEosTokenizer(hf_tok)
+        # TRL's loss_type="dapo" is DAPO's loss (token-mean, clip-higher 0.28) without
+        # dynamic sampling; rlvr's dapo recipe is run the same way so both train every row.
+        self.recipe = get_recipe(
+            loss, kl_coef=0.0, **({"dynamic_sampling": False} if loss == "dapo" else {})
+        )
+        self.engine = HFEngine(model, self.tokenizer, fp32_head=self.recipe.fp32_head)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+        self.params = SamplingParams(group, 1.0, 1.0, tokens)
+        self.settings = UpdateSettings(1, 1, len(PROMPTS) * group, 1.0, tokens, 1.0, PAD)
+        self.prompt_ids = [self.tokenizer.encode(p) for p in PROMPTS]
+        self.generator = torch.Generator().manual_seed(0)
+        self.phases = Phases()
+        self.engine.generate_ids = self.phases.wrap("generation", self.engine.generate_ids)
+
+    def step(self) -> dict[str, float]:
+        start = time.perf_counter()
+        gen = self.engine.generate_ids(self.prompt_ids, self.params, self.generator)
+        rewards = [reward(t) for t in gen.texts]
+        rollout = from_generation(
+            gen, PROMPTS, 0, [correct(t) for t in gen.texts], [True] * len(rewards), rewards
+        )
+        prepared = prepare_batch(
+            self.recipe,
+            rewards=rollout.rewards,
+            correct=rollout.correct,
+            truncated=rollout.truncated,
+            response_mask=rollout.loss_mask,
+            group_ids=rollout.group_ids,
+            max_new_tokens=self.params.max_new_tokens,
+        )
+        with self._timed_update():
+            policy_update(self.model, self.optimizer, self.recipe, rollout, prepared, self.settings)
+        elapsed = time.perf_counter() - start
+        return {"step": elapsed, "rows": int(prepared.keep.sum()), **self.phases.take()}
+
+    @contextmanager
+    def _timed_update(self):
+        saved = (rlvr_update.response_logprobs, rlvr_update._clip_and_step, torch.Tensor.backward)
+        rlvr_update.response_logprobs = self.phases.wrap("logprob", saved[0])
+        rlvr_update._clip_and_step = self.phases.wrap("optimizer", saved[1])
+        torch.Tensor.backward = self.phases.wrap("backward", saved[2])
+        try:
+            yield
+        finally:
+            rlvr_update.response_logprobs, rlvr_update._clip_and_step = saved[:2]
+            torch.Tensor.backward = saved[2]
+
+
+# ---------------------------------------------------------------- TRL
+
+
+class TrlSide:
+    """A GRPOTrainer whose `train()` is driven one step at a time by a callback that
+    hands control back to the benchmark between steps (a generator-based coroutine)."""
+
+    def __init__(
+        self, model, hf_tok, loss: str, tokens: int, group: int, checkpointing: bool, steps: int
+    ) -> None:
+        from datasets import Dataset
+        from transformers import TrainerCallback
+        from trl import GRPOConfig, GRPOTrainer
+
+        self.phases = phases = Phases()
+        self.times: list[dict[str, float]] = []
+        side = self
+
+        class Clock(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kw):
+                side._start = time.perf_counter()
+
+            def on_pre_optimizer_step(self, args, state, control, **kw):
+                side._opt = time.perf_counter()
+
+            def on_optimizer_step(self, args, state, control, **kw):
+                phases.now["optimizer"] += time.perf_counter() - side._opt
+
+            def on_step_end(self, args, state, control, **kw):
+                side.times.append({"step": time.perf_counter() - side._start, **phases.take()})
+
+        extra = {"epsilon_high": 0.28} if loss == "dapo" else {}
+        args = GRPOConfig(
+            output_dir=tempfile.mkdtemp(prefix="trl-bench-"),
+            use_cpu=True,
+            bf16=False,
+            fp16=False,
+            report_to="none",
+            save_strategy="no",
+            logging_strategy="no",
+            disable_tqdm=True,
+            max_steps=steps,
+            learning_rate=LR,
+            weight_decay=0.0,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            max_grad_norm=1.0,
+            per_device_train_batch_size=len(PROMPTS) * group,
+            num_generations=group,
+            max_completion_length=tokens,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            generation_kwargs={"min_new_tokens": tokens},
+            beta=0.0,
+            loss_type=loss,
+            gradient_checkpointing=checkpointing,
+            dataloader_num_workers=0,
+            seed=0,
+            **extra,
+        )
+        dataset = Dataset.from_dict({"prompt": PROMPTS * 4})
+        self.trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[lambda completions, **kw: [reward(c) for c in completions]],
+            args=args,
+            train_dataset=dataset,
+            processing_class=hf_tok,
+            callbacks=[Clock()],
+        )
+        t = self.trainer
+        t._generate = phases.wrap("generation", t._generate)
+        t._get_per_token_logps_and_entropies = phases.wrap(
+            "logprob", t._get_per_token_logps_and_entropies
+        )
+        t.accelerator.backward = phases.wrap("backward", t.accelerator.backward)
+
+    def run(self) -> None:
+        self.trainer.train()
+
+
+# ---------------------------------------------------------------- driver
+
+
+def _gated(trainer, go: threading.Semaphore, done: threading.Semaphore) -> None:
+    """Make `trainer` wait for `go` before each step and signal `done` after it: the gate's
+    callbacks run first at a step's begin and last at its end, outside the timed span."""
+    from transformers import TrainerCallback
+
+    class Begin(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            go.acquire()
+
+    class End(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            done.release()
+
+    trainer.callback_handler.callbacks.insert(0, Begin())
+    trainer.callback_handler.callbacks.append(End())
+
+
+def run_setting(size: str, loss: str, reps: int, warmup: int, tokens: int, group: int):
+    """Per contestant, the phase times of each counted step, and the parameter count."""
+    hf_tok = build_hf_tokenizer()
+    base = build_model(size, len(hf_tok))
+    steps = warmup + reps
+    trl = {
+        "trl": TrlSide(copy.deepcopy(base), hf_tok, loss, tokens, group, True, steps),
+        "trl_nogc": TrlSide(copy.deepcopy(base), hf_tok, loss, tokens, group, False, steps),
+    }
+    rlvr = RlvrSide(copy.deepcopy(base), hf_tok, loss, tokens, group)
+    # TRL's train() owns its loop, so each TRL trainer runs in a thread that the driver
+    # lets take one step at a time: the three contestants alternate step by step.
+    gates = {name: (threading.Semaphore(0), threading.Semaphore(0)) for name in trl}
+    for name, side in trl.items():
+        _gated(side.trainer, *gates[name])
+    threads = [threading.Thread(target=s.run, daemon=True) for s in trl.values()]
+    for t in threads:
+        t.start()
+    rlvr_times = []
+    for _ in range(steps):
+        for name in trl:
+            go, done = gates[name]
+            go.release()
+            done.acquire()
+        rlvr_times.append(rlvr.step())
+    for t in threads:
+        t.join()
+    results = {name: side.times[warmup:] for name, side in trl.items()}
+    results["rlvr"] = rlvr_times[warmup:]
+    return count_parameters(base), results
+
+
+PHASES = ("generation", "logprob", "backward", "optimizer")
+
+
+def summarize(times: list[dict[str, float]]) -> dict[str, float]:
+    steps = [t["step"] for t in times]
+    out = {"median": statistics.median(steps), "min": min(steps), "max": max(steps)}
+    for phase in PHASES:
+        out[phase] = statistics.median(t.get(phase, 0.0) for t in times)
+    out["other"] = statistics.median(t["step"] - sum(t.get(p, 0.0) for p in PHASES) for t in times)
+    return out
+
+
+def paired(results, name: str) -> float:
+    """Median over rounds of TRL step / rlvr step within the same round: the three
+    contestants of a round run back to back, so load that drifts between rounds cancels."""
+    return statistics.median(
+        t["step"] / r["step"] for t, r in zip(results[name], results["rlvr"], strict=True)
+    )
+
+
+def report(size, loss, params, results, first: bool) -> None:
+    s = {name: summarize(t) for name, t in results.items()}
+    rows = sorted({t["rows"] for t in results["rlvr"]})
+    ratio = s["trl"]["median"] / s["rlvr"]["median"]
+    ratio_nogc = s["trl_nogc"]["median"] / s["rlvr"]["median"]
+    if first:
+        print(f"ratio {ratio:.2f}")
+    print(
+        f"\n== {size} ({params / 1e6:.2f} M params), loss {loss}: "
+        f"TRL-default/rlvr {ratio:.2f}x, TRL-no-checkpointing/rlvr {ratio_nogc:.2f}x "
+        f"(ratio of medians); per-round paired medians {paired(results, 'trl'):.2f}x, "
+        f"{paired(results, 'trl_nogc'):.2f}x"
+    )
+    print(
+        f"{'contestant':<10} {'s/step':>7} {'min':>6} {'max':>6} "
+        + " ".join(f"{p[:9]:>9}" for p in (*PHASES, "other"))
+    )
+    for name, m in s.items():
+        print(
+            f"{name:<10} {m['median']:7.3f} {m['min']:6.3f} {m['max']:6.3f} "
+            + " ".join(f"{m[p]:9.3f}" for p in (*PHASES, "other"))
+        )
+    print(f"rows rlvr trained per step: {rows} (TRL trains every row)")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="3m", help=f"comma list of {sorted(SIZES)}")
+    parser.add_argument("--losses", default="grpo,dapo", help="comma list: grpo, dapo")
+    parser.add_argument("--reps", type=int, default=8, help="counted steps per contestant")
+    parser.add_argument("--warmup", type=int, default=2, help="uncounted first steps")
+    parser.add_argument("--tokens", type=int, default=32, help="new tokens per completion")
+    parser.add_argument("--group", type=int, default=8, help="completions per prompt")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    header = (
+        f"# threads={torch.get_num_threads()} torch {torch.__version__}; "
+        f"{len(PROMPTS)} prompts x {args.group} x {args.tokens} tokens, fp32, beta=0; "
+        f"{args.warmup} warm-up + {args.reps} counted steps each, alternating"
+    )
+    first = True
+    for size in args.sizes.split(","):
+        for loss in args.losses.split(","):
+            with contextlib.redirect_stdout(io.StringIO()):  # TRL's end-of-train dicts
+                params, results = run_setting(
+                    size, loss, args.reps, args.warmup, args.tokens, args.group
+                )
+            report(size, loss, params, results, first)
+            if first:
+                print(header)
+            first = False
+
+
+if __name__ == "__main__":
+    main()

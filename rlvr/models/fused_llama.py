@@ -1,0 +1,251 @@
+"""The forward pass of Llama-family causal LMs (Qwen2, Llama, Mistral without sliding
+windows) written out in a few dozen tensor ops: the same arithmetic as the `transformers`
+eager forward, with fused QKV and gate/up projections, a precomputed rotary table and a
+caller-owned KV cache. Two users:
+
+- the rollout's decode loop (`rlvr.rollout.static_decode`): a preallocated cache;
+- the trainer's shared-prefix forward (`shared_prefix_hidden`): a group's G responses
+  share one prompt, so the prompt runs once per group and its keys/values are reused by
+  every response (with gradient), instead of G times.
+
+The weights are read from the model at every `begin` (fused by differentiable `cat`, so
+gradients reach the model's own parameters); tests/models and tests/rollout prove the
+results equal the model's own forward within float tolerance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+
+Cache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (B, Hkv, L, D)
+
+
+def supports(model: torch.nn.Module) -> bool:
+    """True when `model` is a Llama-family LM whose forward this module reproduces: SiLU
+    gated MLP, RMSNorm, length-independent rotary positions, full attention in every
+    layer (no sliding window), no attention dropout in training mode and no gradient
+    checkpointing asked for; every projection a plain `nn.Linear` (a LoRA or quantized
+    layer computes something else from its weights)."""
+    cfg = getattr(model, "config", None)
+    base = getattr(model, "base_model", None)
+    if cfg is None or base is None or getattr(cfg, "model_type", None) not in SUPPORTED_MODEL_TYPES:
+        return False
+    layer_types = getattr(cfg, "layer_types", None) or ["full_attention"]
+    window = getattr(cfg, "sliding_window", None)  # Mistral applies it to every layer
+    dropout = model.training and getattr(cfg, "attention_dropout", 0.0) > 0
+    return (
+        getattr(cfg, "hidden_act", None) == "silu"
+        and all(t == "full_attention" for t in layer_types)
+        and (window is None or window >= cfg.max_position_embeddings)
+        and all(hasattr(base, name) for name in ("embed_tokens", "layers", "norm", "rotary_emb"))
+        # Rotary angles must not depend on the sequence length (no dynamic/long RoPE).
+        and getattr(base.rotary_emb, "rope_type", "default") in STATIC_ROPE_TYPES
+        and not dropout
+        and not any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
+        and all(_plain_projections(layer) for layer in base.layers)
+    )
+
+
+_PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
+_PROJECTIONS += ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def _plain_projections(layer: torch.nn.Module) -> bool:
+    try:
+        return all(type(layer.get_submodule(name)) is torch.nn.Linear for name in _PROJECTIONS)
+    except AttributeError:
+        return False
+
+
+@dataclass
+class _Layer:
+    ln1: torch.Tensor
+    ln2: torch.Tensor
+    qkv_w: torch.Tensor
+    qkv_b: torch.Tensor | None
+    o_w: torch.Tensor
+    o_b: torch.Tensor | None
+    gate_up_w: torch.Tensor
+    gate_up_b: torch.Tensor | None
+    down_w: torch.Tensor
+    down_b: torch.Tensor | None
+
+
+def _cat_bias(*linears: torch.nn.Linear) -> torch.Tensor | None:
+    if all(m.bias is None for m in linears):
+        return None
+    return torch.cat(
+        [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in linears]
+    )
+
+
+def _fused(layer: torch.nn.Module) -> _Layer:
+    attn, mlp = layer.self_attn, layer.mlp
+    return _Layer(
+        ln1=layer.input_layernorm.weight,
+        ln2=layer.post_attention_layernorm.weight,
+        qkv_w=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+        qkv_b=_cat_bias(attn.q_proj, attn.k_proj, attn.v_proj),
+        o_w=attn.o_proj.weight,
+        o_b=attn.o_proj.bias,
+        gate_up_w=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+        gate_up_b=_cat_bias(mlp.gate_proj, mlp.up_proj),
+        down_w=mlp.down_proj.weight,
+        down_b=mlp.down_proj.bias,
+    )
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm (Zhang & Sennrich 2019) in float32, as `Qwen2RMSNorm`/`LlamaRMSNorm`."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class FusedLlama:
+    """The backbone of a supported model as plain tensor ops over a caller-owned cache."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        cfg = model.config
+        self.model = model
+        self.heads = cfg.num_attention_heads
+        self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self.eps = cfg.rms_norm_eps
+        self.scale = self.head_dim**-0.5
+
+    def begin(self, positions: int, device: torch.device) -> None:
+        """Read (and fuse) the current weights; tabulate rotary angles for `positions`."""
+        base = self.model.base_model
+        self.layers = [_fused(layer) for layer in base.layers]
+        self.dtype = base.embed_tokens.weight.dtype
+        table = torch.arange(positions, device=device)[None]
+        cos, sin = base.rotary_emb(base.embed_tokens.weight[:1], table)  # (1, positions, D)
+        self.cos, self.sin = cos[0].to(self.dtype), sin[0].to(self.dtype)
+
+    def new_cache(self, batch: int, width: int, device: torch.device) -> Cache:
+        shape = (batch, self.kv_heads, width, self.head_dim)
+        return [
+            (
+                torch.zeros(shape, dtype=self.dtype, device=device),
+                torch.zeros(shape, dtype=self.dtype, device=device),
+            )
+            for _ in self.layers
+        ]
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        pos: torch.Tensor,
+        col: int,
+        allowed: torch.Tensor,
+        cache: Cache,
+    ) -> torch.Tensor:
+        """Final-norm hidden states (B, S, H) of `ids` (B, S) at rotary positions `pos`
+        (B, S); their keys/values are written to cache columns [col, col+S) and
+        `allowed` (B, 1, S, col+S) says which cached keys each query may attend to."""
+        base = self.model.base_model
+        x = base.embed_tokens(ids)
+        batch, steps, _ = x.shape
+        cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]  # (B, 1, S, D)
+        nq, nkv, d = self.heads, self.kv_heads, self.head_dim
+        rep = nq // nkv
+        neg = torch.finfo(x.dtype).min
+        for layer, (k_cache, v_cache) in zip(self.layers, cache, strict=True):
+            h = _rms_norm(x, layer.ln1, self.eps)
+            q, k, v = F.linear(h, layer.qkv_w, layer.qkv_b).split([nq * d, nkv * d, nkv * d], -1)
+            q = q.view(batch, steps, nq, d).transpose(1, 2)
+            k = k.view(batch, steps, nkv, d).transpose(1, 2)
+            q = q * cos + _rotate_half(q) * sin
+            k_cache[:, :, col : col + steps] = k * cos + _rotate_half(k) * sin
+            v_cache[:, :, col : col + steps] = v.view(batch, steps, nkv, d).transpose(1, 2)
+            keys, values = k_cache[:, :, : col + steps], v_cache[:, :, : col + steps]
+            # Grouped-query attention without copying K/V: query heads h·rep … h·rep+rep−1
+            # share key/value head h, as `repeat_kv` arranges them.
+            q = q.reshape(batch, nkv, rep * steps, d)
+            scores = (q @ keys.transpose(-1, -2)).view(batch, nq, steps, -1) * self.scale
+            scores = scores.masked_fill(~allowed, neg)
+            probs = scores.softmax(-1, dtype=torch.float32).to(x.dtype)
+            out = probs.view(batch, nkv, rep * steps, -1) @ values  # (B, nkv, rep·S, D)
+            out = out.view(batch, nq, steps, d).transpose(1, 2).reshape(batch, steps, nq * d)
+            x = x + F.linear(out, layer.o_w, layer.o_b)
+            h = _rms_norm(x, layer.ln2, self.eps)
+            gate, up = F.linear(h, layer.gate_up_w, layer.gate_up_b).chunk(2, -1)
+            x = x + F.linear(F.silu(gate) * up, layer.down_w, layer.down_b)
+        return _rms_norm(x, base.norm.weight, self.eps)
+
+    def prefill(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Cache
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded prompts (P, L) into cache columns [0, L): returns the hidden state
+        at the last column (P, H) and each prompt's next position (P,)."""
+        real = attention_mask.bool()
+        pos = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (P, L)
+        width = input_ids.shape[1]
+        causal = torch.ones(width, width, dtype=torch.bool, device=input_ids.device).tril()
+        allowed = (causal[None] & real[:, None, :])[:, None]  # (P, 1, L, L)
+        hidden = self.forward(input_ids, pos, 0, allowed, cache)[:, -1]
+        return hidden, pos[:, -1] + 1
+
+
+def _dedupe(prompt_ids: list[list[int]]) -> tuple[list[list[int]], torch.Tensor]:
+    """Distinct prompts in order of first use, and each row's index into them (B,)."""
+    index: dict[tuple[int, ...], int] = {}
+    rows = [index.setdefault(tuple(p), len(index)) for p in prompt_ids]
+    return [list(p) for p in index], torch.tensor(rows, dtype=torch.long)
+
+
+def shared_prefix_hidden(
+    model: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    pad_id: int,
+) -> torch.Tensor:
+    """Final hidden states (B, T, H) from which each response token is predicted, as
+    `rlvr.models.logprobs.response_hidden_states`, with every distinct prompt run once:
+    rows with the same prompt (a group) read its keys/values, so the prompt's gradient is
+    the sum over the rows that share it, exactly as with one copy per row."""
+    from rlvr.rollout.hf_engine import left_pad  # the sampler's own prompt layout
+
+    device = next(model.parameters()).device
+    prompts, row_prompt = _dedupe(prompt_ids)
+    row_prompt = row_prompt.to(device)
+    input_ids, attention_mask = left_pad(prompts, pad_id, device)
+    steps = response_ids.shape[1]
+    present = response_mask.to(device) > 0
+    ends = (present * torch.arange(1, steps + 1, device=device)).amax(-1)
+    needed = max(int(ends.max()), 1)  # response columns any row still predicts
+    width = input_ids.shape[1]
+    fused = FusedLlama(model)
+    fused.begin(width + needed, device)
+    cache = fused.new_cache(len(prompts), width + needed - 1, device)
+    last, next_pos = fused.prefill(input_ids, attention_mask, cache)
+    hidden = [last[row_prompt][:, None]]  # predicts response token 0
+    if needed > 1:
+        inputs = response_ids[:, : needed - 1].to(device).long()  # token t predicts t+1
+        keys_present = present[:, : needed - 1]
+        pos = next_pos[row_prompt][:, None] + torch.arange(needed - 1, device=device)[None]
+        causal = torch.ones(needed - 1, needed - 1, dtype=torch.bool, device=device).tril()
+        allowed = torch.cat(
+            [
+                attention_mask.bool()[row_prompt][:, None, :].expand(-1, needed - 1, -1),
+                causal[None] & keys_present[:, None, :],
+            ],
+            -1,
+        )[:, None]  # (B, 1, S, L + S)
+        cache = [(k[row_prompt], v[row_prompt]) for k, v in cache]
+        hidden.append(fused.forward(inputs, pos, width, allowed, cache))
+    hidden = torch.cat(hidden, 1)  # (B, needed, H)
+    return F.pad(hidden, (0, 0, 0, steps - needed))

@@ -1,0 +1,64 @@
+"""A lean decode loop for Llama-family causal LMs (`rlvr.models.fused_llama`): a
+preallocated (static) KV cache and a decode step of a few dozen tensor ops instead of a
+framework forward.
+
+The LM head goes through `rlvr.models.logprobs.lm_head_logits` like the trainer's
+forward and the sampling step is the caller's function, so the numbers equal the generic
+`transformers` path up to floating-point reduction order (tests/rollout prove it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from rlvr.models.fused_llama import FusedLlama
+from rlvr.models.logprobs import lm_head_logits
+
+Sampler = Callable[[torch.Tensor], torch.Tensor]  # (B, V) float32 logits -> (B,) token ids
+
+
+class StaticDecoder:
+    """Prefill once per prompt, then decode `group_size` rows per prompt in lock-step."""
+
+    def __init__(self, model: torch.nn.Module, fp32_head: bool) -> None:
+        self.model = model
+        self.fp32_head = fp32_head
+        self.fused = FusedLlama(model)
+
+    def decode(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        group: int,
+        max_new_tokens: int,
+        sample: Sampler,
+        stop: Callable[[torch.Tensor, int], bool],
+    ) -> list[torch.Tensor]:
+        """Left-padded prompts `input_ids` (P, L) → sampled tokens, one (P·group,) tensor
+        per step; `stop(token, step)` is asked after every step whether every row ended."""
+        prompts, width = input_ids.shape
+        total, device = width + max_new_tokens, input_ids.device
+        fused = self.fused
+        fused.begin(total, device)
+        cache = fused.new_cache(prompts, total, device)
+        hidden, pos = fused.prefill(input_ids, attention_mask, cache)
+        # The group shares its prompt: copy the prefilled cache `group` times.
+        cache = [(k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)) for k, v in cache]
+        hidden = hidden.repeat_interleave(group, 0)
+        keys_ok = torch.ones(prompts * group, 1, 1, total, dtype=torch.bool, device=device)
+        keys_ok[:, 0, 0, :width] = attention_mask.bool().repeat_interleave(group, 0)
+        pos = pos[:, None].repeat_interleave(group, 0) - 1  # (B, 1)
+        tokens = []
+        for step in range(max_new_tokens):
+            if step > 0:
+                pos = pos + 1
+                col = width + step - 1
+                ok = keys_ok[..., : col + 1]
+                hidden = fused.forward(tokens[-1][:, None], pos, col, ok, cache)[:, -1]
+            token = sample(lm_head_logits(self.model, hidden, self.fp32_head))
+            tokens.append(token)
+            if stop(token, step):
+                break
+        return tokens

@@ -1,0 +1,111 @@
+"""The shared-prefix training forward equals the model's own forward: the same per-token
+log-probs and the same gradient, on Qwen2 (biased QKV) and a grouped-query Llama, with
+groups sharing prompts, prompts of different lengths and ragged responses."""
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from rlvr.models import build_tiny_policy, response_logprobs, tiny_qwen2_config
+from rlvr.models import logprobs as lp
+from rlvr.models.fused_llama import shared_prefix_hidden
+
+PAD = 0
+
+
+def qwen2():
+    return build_tiny_policy(tiny_qwen2_config(40, hidden=32, layers=2, heads=4, kv_heads=4), 0)
+
+
+def llama_gqa():
+    torch.manual_seed(1)
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=40,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            pad_token_id=0,
+            eos_token_id=1,
+            bos_token_id=None,
+        )
+    )
+
+
+def batch():
+    """Two groups of three rows (prompts of lengths 4 and 2) and a lone row; responses of
+    T = 5 with ragged lengths (EOS = 1, then padding)."""
+    torch.manual_seed(2)
+    prompts = [[5, 6, 7, 8]] * 3 + [[9, 10]] * 3 + [[11, 12, 13]]
+    lengths = torch.tensor([5, 2, 3, 1, 4, 5, 2])
+    mask = (torch.arange(5)[None, :] < lengths[:, None]).float()
+    ids = torch.randint(2, 40, (7, 5)).masked_fill(mask == 0, PAD)
+    return prompts, ids, mask
+
+
+def per_row_reference(model, prompts, ids, mask, pad_id=PAD):
+    """The model's own forward through `response_hidden_states` (the generic path)."""
+    hidden = lp.response_hidden_states(model.base_model, prompts, ids, mask, pad_id)
+    logits = lp.lm_head_logits(model, hidden, True)
+    out = logits.log_softmax(-1).gather(-1, ids[..., None])[..., 0]
+    return torch.where(mask > 0, out, torch.zeros_like(out))
+
+
+@pytest.mark.parametrize("build", [qwen2, llama_gqa])
+def test_shared_prefix_logprobs_and_gradient_equal_the_models_forward(build):
+    model = build()
+    prompts, ids, mask = batch()
+    advantages = torch.linspace(-1, 1, 7)[:, None]
+    results = []
+    for forward in (response_logprobs, per_row_reference):
+        model.zero_grad()
+        logprobs = forward(model, prompts, ids, mask, PAD)
+        (logprobs * advantages * mask).sum().backward()
+        results.append((logprobs.detach(), [p.grad.clone() for p in model.parameters()]))
+    (fast, fast_grads), (ref, ref_grads) = results
+    torch.testing.assert_close(fast, ref, atol=1e-5, rtol=0)
+    assert (fast[mask == 0] == 0).all()
+    for a, b in zip(fast_grads, ref_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_shared_prefix_runs_each_distinct_prompt_once(monkeypatch):
+    model = qwen2()
+    prompts, ids, mask = batch()
+    seen = []
+    real = torch.nn.Module.__call__
+
+    def spy(module, *args, **kwargs):
+        if module is model.base_model.embed_tokens:
+            seen.append(tuple(args[0].shape))
+        return real(module, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "__call__", spy)
+    shared_prefix_hidden(model, prompts, ids, mask, PAD)
+    # 3 distinct prompts, longest 4: one (3, 4) prompt pass; then all 7 rows × 4 inputs.
+    assert seen == [(3, 4), (7, 4)]
+
+
+def test_all_rows_of_one_token():
+    model = qwen2()
+    prompts, ids, mask = batch()
+    one = mask.clone()
+    one[:, 1:] = 0
+    got = response_logprobs(model, prompts, ids, one, PAD)
+    torch.testing.assert_close(got, per_row_reference(model, prompts, ids, one), atol=1e-5, rtol=0)
+
+
+def test_lora_policies_take_the_models_own_forward():
+    # The fused forward reads the projections' weights; a LoRA layer adds B·A·x on top of
+    # them, which it would silently drop: such a model must take the generic path.
+    from peft import LoraConfig, get_peft_model
+
+    from rlvr.models.fused_llama import supports
+
+    model = qwen2()
+    assert supports(model)
+    lora = get_peft_model(model, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
+    assert not supports(lora)

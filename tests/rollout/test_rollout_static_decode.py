@@ -1,0 +1,120 @@
+"""The static-cache decode loop equals the model's own forward: same tokens from the same
+generator, same log-probs (float tolerance), on Qwen2 (biased QKV) and a grouped-query
+Llama; the trainer's forward agrees with its log-probs; unsupported models fall back."""
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from rlvr.models import CharTokenizer, build_tiny_policy, response_logprobs, tiny_qwen2_config
+from rlvr.models.fused_llama import supports
+from rlvr.rollout import HFEngine, SamplingParams
+
+PROMPTS = ["Q: 37+85=? A:", "Q: 1+2=? A:", "Q: 99+9=? A:"]  # different lengths: left padding
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return CharTokenizer()
+
+
+def qwen2(tokenizer):
+    return build_tiny_policy(tiny_qwen2_config(tokenizer.vocab_size), seed=0)
+
+
+def llama_gqa(tokenizer):
+    config = LlamaConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,  # two query heads per key/value head
+        max_position_embeddings=64,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+        rope_theta=500.0,
+    )
+    torch.manual_seed(1)
+    return LlamaForCausalLM(config).eval()
+
+
+def both(model, tokenizer, **params):
+    runs = []
+    for static in (True, False):
+        engine = HFEngine(model, tokenizer, static_cache=static)
+        assert (engine._static is not None) == static
+        gen = engine.generate(PROMPTS, SamplingParams(**params), torch.Generator().manual_seed(3))
+        runs.append(gen)
+    return runs
+
+
+@pytest.mark.parametrize("build", [qwen2, llama_gqa])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"group_size": 4, "max_new_tokens": 12},
+        {"group_size": 3, "max_new_tokens": 9, "temperature": 0.7, "top_p": 0.9},
+    ],
+)
+def test_static_decode_equals_model_forward(build, params, tokenizer):
+    model = build(tokenizer)
+    fast, ref = both(model, tokenizer, **params)
+    assert torch.equal(fast.response_ids, ref.response_ids)
+    assert torch.equal(fast.response_mask, ref.response_mask) and fast.texts == ref.texts
+    torch.testing.assert_close(fast.sampler_logprobs, ref.sampler_logprobs, atol=1e-5, rtol=0)
+    trainer = response_logprobs(
+        model,
+        fast.prompt_ids,
+        fast.response_ids,
+        fast.response_mask,
+        pad_id=tokenizer.pad_token_id,
+        temperature=params.get("temperature", 1.0),
+    )
+    if params.get("top_p", 1.0) == 1.0:
+        torch.testing.assert_close(trainer, fast.sampler_logprobs, atol=1e-5, rtol=0)
+    else:  # the sampler reports the renormalised nucleus: log p − log Z with Z ≤ 1
+        assert bool((fast.sampler_logprobs >= trainer - 1e-5).all())
+
+
+def test_static_decode_stops_at_eos_like_the_model_forward(tokenizer):
+    model = qwen2(tokenizer)
+    with torch.no_grad():  # make EOS likely so rows end at different steps
+        model.get_output_embeddings().weight[tokenizer.eos_token_id] *= 0
+        model.get_output_embeddings().weight[tokenizer.eos_token_id] += 0.02
+    fast, ref = both(model, tokenizer, group_size=4, max_new_tokens=20)
+    lengths = fast.response_lengths
+    assert lengths.min() < lengths.max()  # the case under test: ragged ends
+    assert torch.equal(lengths, ref.response_lengths)
+    assert torch.equal(fast.response_ids, ref.response_ids)
+
+
+def test_unsupported_models_use_their_own_forward(tokenizer):
+    gpt2 = GPT2LMHeadModel(
+        GPT2Config(vocab_size=tokenizer.vocab_size, n_embd=32, n_layer=1, n_head=2)
+    )
+    assert not supports(gpt2)
+    assert HFEngine(gpt2, tokenizer)._static is None
+    assert supports(qwen2(tokenizer))
+
+
+def test_gradient_checkpointing_keeps_the_models_own_forward(tokenizer):
+    model = qwen2(tokenizer)
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.x
+    (enable or model.gradient_checkpointing_enable)()
+    assert not supports(model)
+
+
+def test_sliding_window_and_dynamic_rope_keep_the_models_own_forward(tokenizer):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    small = {"vocab_size": tokenizer.vocab_size, "hidden_size": 32, "intermediate_size": 64}
+    small |= {"num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2}
+    windowed = MistralForCausalLM(MistralConfig(**small, sliding_window=8))
+    assert not supports(windowed)
+    assert supports(MistralForCausalLM(MistralConfig(**small, sliding_window=None)))
+    dynamic = LlamaForCausalLM(
+        LlamaConfig(**small, rope_parameters={"rope_type": "dynamic", "factor": 2.0})
+    )
+    assert dynamic.model.rotary_emb.rope_type == "dynamic" and not supports(dynamic)
