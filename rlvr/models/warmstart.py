@@ -41,9 +41,10 @@ from rlvr.models.tiny import ATTN_IMPLEMENTATION, build_tiny_policy, tiny_qwen2_
 from rlvr.models.tokenizer import CharTokenizer
 from rlvr.tasks import TASKS, Problem, Task, make_task
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Bump when the training procedure or its data changes, so stale caches are not reused.
-2: one torch thread, dev evaluation re-seeded per check, arithmetic mirrors deduplicated."""
+2: one torch thread, dev evaluation re-seeded per check, arithmetic mirrors deduplicated.
+3: the dev check samples through the static-cache decode loop (other float rounding)."""
 META_FILE = "meta.json"
 TRAIN_THREADS = 1
 """torch intra-op threads while training: fixed, so the float results do not vary."""
