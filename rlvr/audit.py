@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from rlvr.algo import get_recipe, policy_loss, prepare_batch
+from rlvr.algo import get_recipe, policy_loss, prepare_batch, selection_metrics
 from rlvr.algo.aggregation import aggregation_weights
 from rlvr.algo.recipes import RECIPES
 from rlvr.algo.regularizers import value_loss
@@ -287,7 +287,7 @@ def run_audit(data: Any) -> dict[str, Any]:
     loss.backward()
     if not (torch.isfinite(loss) and torch.isfinite(logprobs.grad).all()):
         raise AuditInputError("the inputs give a non-finite loss or gradient; check their scale")
-    metrics = {**prepared.stats, **stats.finalize()}
+    metrics = {**selection_metrics(prepared, batch.group_ids), **stats.finalize()}
     result: dict[str, Any] = {
         "recipe": recipe.name,
         "loss": float(loss.detach()),

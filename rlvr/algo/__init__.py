@@ -6,7 +6,12 @@ choice is registered where it is defined (`registry.py`); register your own with
 """
 
 from rlvr.algo.loss import policy_loss
-from rlvr.algo.objective import PreparedBatch, compute_advantages, prepare_batch
+from rlvr.algo.objective import (
+    PreparedBatch,
+    compute_advantages,
+    prepare_batch,
+    selection_metrics,
+)
 from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
 from rlvr.algo.registry import (
     AdvantageBatch,
@@ -42,4 +47,5 @@ __all__ = [
     "register_ratio",
     "register_selection",
     "register_surrogate",
+    "selection_metrics",
 ]

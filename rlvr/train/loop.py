@@ -32,6 +32,7 @@ from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.rng_state import load_rng_state, rng_state
 from rlvr.train.rollout_batch import Rollout
 from rlvr.train.sampling import collect_rollouts, sample_groups
+from rlvr.train.step_metrics import step_metrics
 from rlvr.train.update import UpdateSettings, minibatch_rows, policy_update
 
 EVAL_SEED_OFFSET = 1_000_003
@@ -182,15 +183,12 @@ class Trainer:
             self.cfg.prompts_per_step,
             self.generator,
         )
-        metrics = dict(collected.metrics)
         rollout = collected.rollout
-        metrics["train/update_skipped"] = 1.0
-        if rollout is None:
-            return metrics
         started = time.perf_counter()
-        prepared = self._prepare(rollout)
-        metrics.update(_selection_metrics(metrics, prepared.stats))
-        if not prepared.keep.any():  # e.g. every group had zero reward variance
+        prepared = None if rollout is None else self._prepare(rollout)
+        metrics = step_metrics(collected, prepared, self.cfg.prompts_per_step)
+        metrics["train/update_skipped"] = 1.0
+        if prepared is None or not prepared.keep.any():  # e.g. every group had zero reward variance
             return metrics
         metrics["train/update_skipped"] = 0.0
         metrics.update(
@@ -334,19 +332,6 @@ def _stateful(trainer: Trainer) -> dict[str, Any]:
     """The trainer's optimizers and LR schedulers, by attribute name."""
     kinds = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
     return {k: v for k, v in vars(trainer).items() if isinstance(v, kinds)}
-
-
-def _selection_metrics(sampled: dict[str, float], stats: dict[str, float]) -> dict[str, float]:
-    """What the batch-level filters (zero-variance, overlong) left to train on: the cost
-    columns count what was finally trained, so filtered samples are discarded ones."""
-    trained = stats["rollout/trained_tokens"]
-    return {
-        "reward/shaped_mean": stats["reward/shaped_mean"],
-        "reward/zero_adv_frac": stats["reward/zero_adv_frac"],
-        "rollout/kept_groups": stats["rollout/kept_groups"],
-        "rollout/trained_tokens": trained,
-        "rollout/discarded_tokens": sampled["rollout/generated_tokens"] - trained,
-    }
 
 
 def _explained_variance(values, returns, mask) -> float:
