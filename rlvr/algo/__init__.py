@@ -1,6 +1,7 @@
 """Pure tensor math of every design choice in docs/algorithms.md, and the named recipes.
 
-Imports nothing else of rlvr: a reader who opens this package sees the whole math. Every
+Imports nothing else of rlvr but the leaf `rlvr.checks` (type checks of the recipe's
+fields): a reader who opens this package sees the whole math. Every
 choice is registered where it is defined (`registry.py`); register your own with the
 `register_*` decorators or name it as `module:function` in a recipe (docs/extending.md).
 """

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedModel
 from transformers.utils import logging as hf_logging
 
+from rlvr.checks import check_int
 from rlvr.models.logprobs import response_logprobs
 from rlvr.models.tiny import ATTN_IMPLEMENTATION, build_tiny_policy, tiny_qwen2_config
 from rlvr.models.tokenizer import CharTokenizer
@@ -144,9 +145,7 @@ class WarmStartSchedule:
         if not 0 <= self.target_accuracy <= 1:
             raise ValueError(f"target_accuracy must be in [0, 1], got {self.target_accuracy!r}")
         for name in ("max_steps", "eval_every", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            check_int(name, getattr(self, name))
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr!r}")
 

@@ -15,6 +15,8 @@ from typing import Protocol
 
 import torch
 
+from rlvr.checks import check_int
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -30,14 +32,12 @@ class SamplingParams:
     """A response that has not emitted EOS after this many tokens is truncated."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.group_size, int) or self.group_size < 1:
-            raise ValueError(f"group_size must be an integer >= 1, got {self.group_size!r}")
+        check_int("group_size", self.group_size)
         if not (math.isfinite(self.temperature) and self.temperature > 0):
             raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        check_int("max_new_tokens", self.max_new_tokens)
 
 
 @dataclass

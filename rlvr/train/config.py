@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from rlvr.algo.fields_check import check_field_types
 from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
 from rlvr.algo.registry import ADVANTAGES
+from rlvr.checks import check_field_types, check_int, is_number
 from rlvr.tasks import Task, make_task
 from rlvr.train.hf_setup import check_options as check_hf_options
 
@@ -123,12 +123,10 @@ class TrainConfig:
             "eval_samples",
         )
         for name in positive:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer ≥ 1, got {value!r}")
+            check_int(name, getattr(self, name))
         for name in ("lr", "critic_lr", "temperature"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            if not is_number(value) or value <= 0:
                 raise ValueError(f"{name} must be a number > 0, got {value!r}")
         if self.max_generated_tokens is not None and self.max_generated_tokens < 1:
             raise ValueError(f"max_generated_tokens must be ≥ 1, got {self.max_generated_tokens}")
@@ -141,7 +139,7 @@ class TrainConfig:
             )
         for name in ("weight_decay", "critic_weight_decay"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            if not is_number(value) or not value >= 0:
                 raise ValueError(f"{name} must be a number ≥ 0, got {value!r}")
         for name in ("save_every", "eval_size"):
             if getattr(self, name) < 0:
@@ -172,11 +170,9 @@ class TrainConfig:
 
     def _check_run_safety(self) -> None:
         for name in ("keep_checkpoints", "max_nonfinite_steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer ≥ 1, got {value!r}")
+            check_int(name, getattr(self, name))
         minutes = self.save_every_minutes
-        if isinstance(minutes, bool) or not isinstance(minutes, int | float) or minutes < 0:
+        if not is_number(minutes) or minutes < 0:
             raise ValueError(f"save_every_minutes must be a number ≥ 0, got {minutes!r}")
         if not str(self.out).strip():
             raise ValueError("out must name an output directory, got an empty string")

@@ -59,19 +59,12 @@ class Trainer:
         dropout_off(self.model)
         self.engine = make_engine(cfg, self.model, self.tokenizer, self.recipe.fp32_head)
         if cfg.think_budget is not None:
-            room = (
-                cfg.max_new_tokens
-                - cfg.think_budget
-                - len(self.tokenizer.encode(cfg.interrupt_phrase))
-            )
-            if room < 1:
-                raise ValueError(
-                    f"think_budget={cfg.think_budget} plus interrupt_phrase "
-                    f"{cfg.interrupt_phrase!r} leave no room for an answer within "
-                    f"max_new_tokens={cfg.max_new_tokens}"
-                )
             self.engine = ForcedInterruption(
-                self.engine, self.tokenizer, cfg.think_budget, cfg.interrupt_phrase
+                self.engine,
+                self.tokenizer,
+                cfg.think_budget,
+                cfg.interrupt_phrase,
+                cfg.max_new_tokens,
             )
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
