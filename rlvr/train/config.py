@@ -17,7 +17,7 @@ import yaml
 from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
 from rlvr.algo.registry import ADVANTAGES
 from rlvr.checks import check_field_types, check_int, is_number
-from rlvr.tasks import Task, make_task
+from rlvr.tasks import TASKS, Task, make_task
 from rlvr.train.hf_setup import check_options as check_hf_options
 
 
@@ -40,9 +40,7 @@ class TrainConfig:
     """Everything a training run needs besides the recipe's choices."""
 
     recipe: str = _doc("named recipe (`rlvr recipes`); any recipe field may be set too", "grpo")
-    task: str = _doc(
-        "task name: arithmetic, countdown, gsm8k, math, dapo_math, aime, dataset", "arithmetic"
-    )
+    task: str = _doc(f"task name: {', '.join(TASKS)}", "arithmetic")
     task_options: dict = field(default_factory=dict, metadata={"doc": "task constructor options"})
     model: str = _doc("'embedded' (tiny warm-started policy), a local path or hub id", "embedded")
     warm_target: float = _doc("dev accuracy at which the embedded warm start stops", 0.3)
@@ -232,6 +230,18 @@ _Loader.add_implicit_resolver(
 def read_yaml(text: str) -> Any:
     """Parse YAML with exponent floats (1e-4) read as floats."""
     return yaml.load(text, Loader=_Loader)
+
+
+def config_flags() -> dict[str, tuple[str, str, Any]]:
+    """Scalar config fields → (type, doc, default): what `rlvr train` offers as flags. The
+    type is "bool", "str", "int" or "float" (the last two parsed as YAML, as --set is)."""
+    out = {}
+    for f in fields(TrainConfig):
+        names = {n.strip() for n in str(f.type).split("|")} - {"None"}
+        if names <= {"int", "float", "str", "bool"} and f.name != "overrides":
+            kind = next(iter(names)) if len(names) == 1 else "float"
+            out[f.name] = (kind, f.metadata.get("doc", ""), f.default)
+    return out
 
 
 def config_docs() -> dict[str, str]:
