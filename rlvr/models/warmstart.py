@@ -34,10 +34,10 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedModel
-from transformers.utils import logging as hf_logging
 
 from rlvr.checks import check_int
 from rlvr.models.logprobs import response_logprobs
+from rlvr.models.quiet import quiet_transformers
 from rlvr.models.tiny import ATTN_IMPLEMENTATION, build_tiny_policy, tiny_qwen2_config
 from rlvr.models.tokenizer import CharTokenizer
 from rlvr.tasks import TASKS, Problem, Task, make_task
@@ -318,15 +318,3 @@ def _load_cached(path: Path) -> tuple[PreTrainedModel, CharTokenizer, dict[str, 
         model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=ATTN_IMPLEMENTATION)
     model.train()
     return model, CharTokenizer.load(path), {**info, "cache_hit": True, "cache_path": str(path)}
-
-
-@contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """Hide transformers' per-shard progress bars; the warm start has its own."""
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()

@@ -16,7 +16,7 @@ import inspect
 import torch
 from transformers import DynamicCache
 
-from rlvr.models.fused_llama import supports
+from rlvr.models.fused_llama import left_pad, supports
 from rlvr.models.logprobs import lm_head_logits
 from rlvr.models.tokenizer import Tokenizer
 from rlvr.rollout.base import Generation, SamplingParams
@@ -196,17 +196,3 @@ class HFEngine:
             prompt_index=prompt_index,
             texts=texts,
         )
-
-
-def left_pad(
-    rows: list[list[int]], pad_id: int, device: torch.device | str = "cpu"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded `input_ids` (B, P) and `attention_mask` (B, P) of token-id lists."""
-    width = max(len(r) for r in rows)
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for b, row in enumerate(rows):
-        if row:
-            input_ids[b, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-            attention_mask[b, width - len(row) :] = 1
-    return input_ids.to(device), attention_mask.to(device)
