@@ -240,7 +240,7 @@ def _sigterm_interrupts() -> None:
 
 
 def cmd_evalsize(args: argparse.Namespace) -> int:
-    from rlvr.compare.stats import evalsize_text
+    from rlvr.eval.significance import evalsize_text
 
     try:
         print(evalsize_text(args.baseline, args.delta, args.power, args.alpha))

@@ -25,7 +25,7 @@ from rlvr.algo.registry import (
     register_selection,
     register_surrogate,
 )
-from rlvr.algo.stats import StepStats
+from rlvr.algo.step_stats import StepStats
 from rlvr.algo.surrogates import SurrogateOut
 
 __all__ = [

@@ -6,9 +6,9 @@ from typing import Any
 
 from rlvr.checks import is_int
 from rlvr.eval.evaluate import evaluate_policy
-from rlvr.models import load_policy
 from rlvr.rollout import HFEngine
 from rlvr.tasks import SPLITS, Problem, Task, make_task
+from rlvr.warmstart import load_policy
 
 
 def evaluate_model(

@@ -18,22 +18,23 @@ from rlvr.algo import PreparedBatch, prepare_batch
 from rlvr.algo.gae import gae
 from rlvr.algo.token_advantages import outcome_token_rewards
 from rlvr.eval import evaluate_policy
-from rlvr.models import load_policy, response_logprobs
+from rlvr.models import response_logprobs
 from rlvr.models.hf_policy import reference_policy
 from rlvr.models.modes import dropout_off
 from rlvr.models.value import ValueModel
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.interrupt import ForcedInterruption
 from rlvr.tasks import make_task
+from rlvr.train.collect import collect_rollouts, sample_groups
 from rlvr.train.config import TrainConfig, check_eval_size
 from rlvr.train.critic import critic_optimizer, critic_update, critic_values
 from rlvr.train.hf_setup import make_engine, prepare_components
 from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.rng_state import load_rng_state, rng_state
-from rlvr.train.rollout_batch import Rollout
-from rlvr.train.sampling import collect_rollouts, sample_groups
+from rlvr.train.rollout_record import Rollout
 from rlvr.train.step_metrics import step_metrics
 from rlvr.train.update import UpdateSettings, minibatch_rows, policy_update
+from rlvr.warmstart import load_policy
 
 EVAL_SEED_OFFSET = 1_000_003
 PRETRAIN_SEED_OFFSET = 2_000_003

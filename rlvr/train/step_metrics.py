@@ -9,8 +9,8 @@ is discarded, and its share of the rollout time is `time/discarded_rollout_s`.
 from __future__ import annotations
 
 from rlvr.algo import PreparedBatch, selection_metrics
-from rlvr.train.rollout_batch import Rollout
-from rlvr.train.sampling import Collected
+from rlvr.train.collect import Collected
+from rlvr.train.rollout_record import Rollout
 
 
 def step_metrics(

@@ -10,8 +10,8 @@ from rlvr.algo.recipes import get_recipe
 from rlvr.rollout import Generation, SamplingParams
 from rlvr.tasks import Problem
 from rlvr.train import Trainer
+from rlvr.train.collect import collect_rollouts
 from rlvr.train.prompt_pool import PromptPool
-from rlvr.train.sampling import collect_rollouts
 from rlvr.train.step_metrics import step_metrics
 from rlvr.verify import Verdict
 

@@ -40,6 +40,8 @@ from rlvr.models.logprobs import response_logprobs
 from rlvr.models.quiet import quiet_transformers
 from rlvr.models.tiny import ATTN_IMPLEMENTATION, build_tiny_policy, tiny_qwen2_config
 from rlvr.models.tokenizer import CharTokenizer
+from rlvr.rollout.base import SamplingParams
+from rlvr.rollout.hf_engine import HFEngine
 from rlvr.tasks import TASKS, Problem, Task, make_task
 
 FORMAT_VERSION = 2
@@ -283,10 +285,6 @@ def dev_accuracy(
     max_new_tokens: int,
 ) -> float:
     """Fraction of `problems` solved by one temperature-1 sample each."""
-    # Imported here: rollout sits above models in the dependency order (and imports it).
-    from rlvr.rollout.base import SamplingParams
-    from rlvr.rollout.hf_engine import HFEngine
-
     params = SamplingParams(group_size=1, temperature=1.0, max_new_tokens=max_new_tokens)
     generation = HFEngine(model, tokenizer).generate(
         [p.prompt for p in problems], params, generator

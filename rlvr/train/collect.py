@@ -20,7 +20,7 @@ from rlvr.rewards import reward_metrics, task_rewards
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.tasks import Problem, Task
 from rlvr.train.prompt_pool import PromptPool
-from rlvr.train.rollout_batch import Rollout, from_generation
+from rlvr.train.rollout_record import Rollout, from_generation
 
 
 @dataclass
