@@ -97,3 +97,25 @@ class RolloutEngine(Protocol):
         """Make the engine sample from the trainer's current weights (called after every
         policy update; a no-op for an engine that shares the trainer's module)."""
         ...
+
+
+def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
+    """Token ids of each prompt; an empty list, or a prompt that encodes to nothing, is
+    refused by its index and text."""
+    if not prompts:
+        raise ValueError("generate needs at least one prompt")
+    encoded = [tokenizer.encode(p) for p in prompts]
+    for i, ids in enumerate(encoded):
+        if not ids:
+            raise ValueError(f"prompt {i} ({prompts[i]!r}) encodes to no tokens")
+    return encoded
+
+
+class TextPrompts:
+    """`generate` from text prompts, for an engine with a `tokenizer` and `generate_ids`."""
+
+    def generate(
+        self, prompts: list[str], params: SamplingParams, generator: torch.Generator
+    ) -> Generation:
+        """Sample `params.group_size` responses per prompt; deterministic given `generator`."""
+        return self.generate_ids(encode_prompts(self.tokenizer, prompts), params, generator)

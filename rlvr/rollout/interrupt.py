@@ -13,10 +13,10 @@ from dataclasses import replace
 
 import torch
 
-from rlvr.rollout.base import Generation, RolloutEngine, SamplingParams
+from rlvr.rollout.base import Generation, RolloutEngine, SamplingParams, TextPrompts
 
 
-class ForcedInterruption:
+class ForcedInterruption(TextPrompts):
     """Wraps an engine: generate up to `budget` tokens, interrupt, let the model finish."""
 
     def __init__(
@@ -48,11 +48,6 @@ class ForcedInterruption:
 
     def sync_weights(self) -> None:
         self.engine.sync_weights()
-
-    def generate(
-        self, prompts: list[str], params: SamplingParams, generator: torch.Generator
-    ) -> Generation:
-        return self.generate_ids([self.tokenizer.encode(p) for p in prompts], params, generator)
 
     def generate_ids(
         self, prompts, params: SamplingParams, generator: torch.Generator
