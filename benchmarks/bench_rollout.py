@@ -23,9 +23,9 @@ import time
 
 import torch
 
-from rlvr.models import load_policy
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.tasks import make_task
+from rlvr.warmstart import load_policy
 
 
 def _time(fn, repeats: int) -> tuple[float, int]:

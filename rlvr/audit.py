@@ -14,10 +14,11 @@ from typing import Any
 
 import torch
 
-from rlvr.algo import get_recipe, policy_loss, prepare_batch
+from rlvr.algo import get_recipe, policy_loss, prepare_batch, selection_metrics
 from rlvr.algo.aggregation import aggregation_weights
 from rlvr.algo.recipes import RECIPES
 from rlvr.algo.regularizers import value_loss
+from rlvr.checks import is_int, is_number
 
 
 class AuditInputError(ValueError):
@@ -98,7 +99,7 @@ class AuditBatch:
 
 
 def _number(value: Any, where: str, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         raise AuditInputError(f"{where} must be a number, got {_short(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise AuditInputError(f"{where} must be finite, got {value!r}")
@@ -253,7 +254,7 @@ def run_audit(data: Any) -> dict[str, Any]:
     batch = parse_batch(data, recipe.needs_critic)
     longest = max(n for lengths in batch.shape for n in lengths)
     budget = data.get("max_new_tokens", longest)
-    if isinstance(budget, bool) or not isinstance(budget, int) or not longest <= budget <= 10**9:
+    if not is_int(budget) or not longest <= budget <= 10**9:
         raise AuditInputError(
             f"max_new_tokens must be an integer from the longest response ({longest}) to 10⁹, "
             f"got {_short(budget, 30)}"
@@ -287,7 +288,7 @@ def run_audit(data: Any) -> dict[str, Any]:
     loss.backward()
     if not (torch.isfinite(loss) and torch.isfinite(logprobs.grad).all()):
         raise AuditInputError("the inputs give a non-finite loss or gradient; check their scale")
-    metrics = {**prepared.stats, **stats.finalize()}
+    metrics = {**selection_metrics(prepared, batch.group_ids), **stats.finalize()}
     result: dict[str, Any] = {
         "recipe": recipe.name,
         "loss": float(loss.detach()),

@@ -100,6 +100,18 @@ def _print_config_help() -> int:
     return 0
 
 
+def config_values(args: argparse.Namespace) -> dict:
+    """The config fields given as flags (YAML-parsed, as --set values are)."""
+    from rlvr.train.config import config_flags, parse_value
+
+    given = {}
+    for name, (kind, _, _) in config_flags().items():
+        value = getattr(args, name, None)
+        if value is not None:
+            given[name] = value if kind in ("bool", "str") else parse_value(value)
+    return given
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.train import resolve_config
     from rlvr.train.config import load_yaml
@@ -109,29 +121,22 @@ def cmd_train(args: argparse.Namespace) -> int:
         return _print_config_help()
     if args.resume is not None and args.overwrite:
         return _fail("--resume and --overwrite exclude each other")
-    if args.resume is not None and (args.config or args.recipe or args.task or args.model):
+    explicit = config_values(args)
+    fixed = [k for k in ("recipe", "task", "model") if explicit.get(k) is not None]
+    if args.resume is not None and (args.config or fixed):
         return _fail(
             "--resume continues the run as recorded in its config.yaml; --config, --recipe, "
             "--task and --model cannot change it"
         )
-    if args.resume is not None and args.out is not None and args.out != args.resume:
-        return _fail(f"--resume {args.resume} and --out {args.out} name different directories")
-    explicit = {"steps": args.steps, "progress": False if args.no_progress else None}
+    out = explicit.get("out")
+    if args.resume is not None and out is not None and out != args.resume:
+        return _fail(f"--resume {args.resume} and --out {out} name different directories")
     try:
         if args.resume is not None:
-            cfg = resume_config(args.resume, args.set, seed=args.seed, **explicit)
+            cfg = resume_config(args.resume, args.set, **explicit)
         else:
             base = load_yaml(args.config) if args.config else {}
-            cfg = resolve_config(
-                base,
-                args.set,
-                recipe=args.recipe,
-                task=args.task,
-                seed=args.seed,
-                out=args.out,
-                model=args.model,
-                **explicit,
-            )
+            cfg = resolve_config(base, args.set, **explicit)
     except ValueError as err:
         return _fail(str(err))
     mode = "resume" if args.resume is not None else "overwrite" if args.overwrite else "new"
@@ -235,7 +240,7 @@ def _sigterm_interrupts() -> None:
 
 
 def cmd_evalsize(args: argparse.Namespace) -> int:
-    from rlvr.compare.stats import evalsize_text
+    from rlvr.eval.significance import evalsize_text
 
     try:
         print(evalsize_text(args.baseline, args.delta, args.power, args.alpha))
@@ -288,14 +293,16 @@ def _fail(message: str) -> int:
     return 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; `rlvr train`'s config flags (which import the training config) are
+    added only when `command` is "train" or None (every command)."""
     parser = argparse.ArgumentParser(prog="rlvr", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("recipes", help="list the named recipes and the choices they make")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--fields", action="store_true", help="also document every recipe field")
     p.set_defaults(func=cmd_recipes)
-    _add_train(sub)
+    _add_train(sub, config_flags=command in (None, "train"))
     _add_eval(sub)
     p = sub.add_parser("audit", help="loss, advantages and d loss/d logprob of a JSON batch")
     p.add_argument("batch", help="JSON file, or - for standard input")
@@ -312,15 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_train(sub) -> None:
+def _add_train(sub, config_flags: bool) -> None:
     p = sub.add_parser("train", help="train a policy with a recipe on a task")
     p.add_argument("--config", help="YAML config file (keys: see `rlvr train --help-config`)")
-    p.add_argument("--recipe", help="named recipe (see `rlvr recipes`)")
-    p.add_argument("--task", help="task name: arithmetic, countdown")
-    p.add_argument("--model", help="'embedded', a local model directory or a hub id")
-    p.add_argument("--steps", type=int, help="optimizer steps on rollout batches")
-    p.add_argument("--seed", type=int, help="seed of the RL run")
-    p.add_argument("--out", help="output directory")
     p.add_argument(
         "--set",
         action="append",
@@ -336,13 +337,35 @@ def _add_train(sub) -> None:
         "never stopped; --steps may extend it)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
         "--help-config",
         action="store_true",
         help="list every config key with its default and meaning, then exit",
     )
+    if config_flags:
+        _add_config_flags(p)
     p.set_defaults(func=cmd_train)
+
+
+def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per scalar `TrainConfig` field, its help the field's own doc; mappings and
+    lists (task_options, policy, ...) are set with --set or a YAML file."""
+    from rlvr.train.config import config_flags
+
+    group = p.add_argument_group("config fields (each also a YAML key and a --set KEY)")
+    for name, (kind, doc, default) in config_flags().items():
+        flag = "--" + name.replace("_", "-")
+        text = f"{doc} (default: {default})".replace("%", "%%")
+        if kind == "bool":
+            group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, help=text)
+        else:
+            group.add_argument(flag, dest=name, metavar=kind.upper(), help=text)
+
+
+def _task_help() -> str:
+    from rlvr.tasks import TASKS
+
+    return f"task name: {', '.join(TASKS)}"
 
 
 def _add_eval(sub) -> None:
@@ -350,7 +373,7 @@ def _add_eval(sub) -> None:
     p.add_argument(
         "--model", default="embedded", help="'embedded', a checkpoint's policy/ dir, or a hub id"
     )
-    p.add_argument("--task", default="arithmetic", help="task name: arithmetic, countdown")
+    p.add_argument("--task", default="arithmetic", help=_task_help())
     p.add_argument(
         "--set",
         action="append",
@@ -382,7 +405,7 @@ def _add_compare(sub) -> None:
     p.add_argument("--config", help="training config YAML used as the base of every cell")
     p.add_argument("--recipes", help="comma-separated recipes, e.g. grpo,dapo,gspo")
     p.add_argument("--seeds", help="a count (3 → seeds 0,1,2) or a list (0,4,7)")
-    p.add_argument("--task", help="task name: arithmetic, countdown")
+    p.add_argument("--task", help=_task_help())
     p.add_argument("--budget", choices=("steps", "tokens"), help="equal-budget mode")
     p.add_argument("--steps", type=int, help="optimizer steps per cell (tokens budget: the cap)")
     p.add_argument("--tokens", type=int, help="generated tokens per cell (budget tokens)")
@@ -403,8 +426,10 @@ def _add_compare(sub) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command).parse_args(argv)
+    args.argv = argv
     try:
         return args.func(args)
     except BrokenPipeError:  # `rlvr ... | head`: the reader left, which is not an error

@@ -61,10 +61,10 @@ def evaluate_from_args(args: argparse.Namespace) -> dict[str, float]:
     """Load the model and task the arguments name and run `evaluate_k`."""
     from rlvr.eval.bench import KSettings, evaluate_k
     from rlvr.eval.run import response_budget, select_problems
-    from rlvr.models import load_policy
     from rlvr.models.hf_policy import chat_formatted, prepare_policy
     from rlvr.models.policy_options import PolicyOptions
     from rlvr.tasks import make_task
+    from rlvr.warmstart import load_policy
 
     options = _options(args)
     task = make_task(args.task, **options["task_options"])

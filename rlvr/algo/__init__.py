@@ -1,12 +1,18 @@
 """Pure tensor math of every design choice in docs/algorithms.md, and the named recipes.
 
-Imports nothing else of rlvr: a reader who opens this package sees the whole math. Every
+Imports nothing else of rlvr but the leaf `rlvr.checks` (type checks of the recipe's
+fields): a reader who opens this package sees the whole math. Every
 choice is registered where it is defined (`registry.py`); register your own with the
 `register_*` decorators or name it as `module:function` in a recipe (docs/extending.md).
 """
 
 from rlvr.algo.loss import policy_loss
-from rlvr.algo.objective import PreparedBatch, compute_advantages, prepare_batch
+from rlvr.algo.objective import (
+    PreparedBatch,
+    compute_advantages,
+    prepare_batch,
+    selection_metrics,
+)
 from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
 from rlvr.algo.registry import (
     AdvantageBatch,
@@ -19,7 +25,7 @@ from rlvr.algo.registry import (
     register_selection,
     register_surrogate,
 )
-from rlvr.algo.stats import StepStats
+from rlvr.algo.step_stats import StepStats
 from rlvr.algo.surrogates import SurrogateOut
 
 __all__ = [
@@ -42,4 +48,5 @@ __all__ = [
     "register_ratio",
     "register_selection",
     "register_surrogate",
+    "selection_metrics",
 ]

@@ -9,7 +9,7 @@ from rlvr.algo.aggregation import aggregate
 from rlvr.algo.ratios import sequence_tis_weight, token_tis_weight
 from rlvr.algo.recipes import Recipe
 from rlvr.algo.registry import KL_ESTIMATORS, RATIOS, SURROGATES
-from rlvr.algo.stats import StepStats
+from rlvr.algo.step_stats import StepStats
 
 
 def policy_loss(

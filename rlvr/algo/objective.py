@@ -30,7 +30,6 @@ class PreparedBatch:
     loss_weights: torch.Tensor  # (N, T) aggregation weights from global counts
     nll_weights: torch.Tensor | None  # (N, T) token-mean weights over correct responses
     returns: torch.Tensor | None  # (N, T) value targets (critic recipes)
-    stats: dict[str, float]
 
 
 def compute_advantages(
@@ -107,11 +106,10 @@ def prepare_batch(
         if returns is not None:
             returns[rows] = ret.double()
     weights, nll = step_weights(recipe, mask.double(), group_ids, correct, keep, max_new_tokens)
-    stats = _batch_stats(keep, reward, correct, group_ids, mask, advantages)
     dtype = response_mask.dtype
     cast = lambda x: None if x is None else x.to(dtype)  # noqa: E731
     return PreparedBatch(
-        keep, reward, mask, cast(advantages), cast(weights), cast(nll), cast(returns), stats
+        keep, reward, mask, cast(advantages), cast(weights), cast(nll), cast(returns)
     )
 
 
@@ -141,15 +139,15 @@ def step_weights(
     return weights, positive / positive.sum().clamp(min=1)
 
 
-def _batch_stats(keep, reward, correct, group_ids, mask, advantages) -> dict[str, float]:
-    kept_groups = torch.unique(group_ids[keep]).numel()
-    rows_with_signal = (advantages != 0).any(-1) & keep
+def selection_metrics(prepared: PreparedBatch, group_ids: torch.Tensor) -> dict[str, float]:
+    """What selection and filtering left to train on: kept groups and responses, trained
+    tokens (the response mask the loss uses), and the shaped reward's mean."""
+    keep = prepared.keep
+    rows_with_signal = (prepared.advantages != 0).any(-1) & keep
     return {
-        "rollout/candidate_groups": float(torch.unique(group_ids).numel()),
-        "rollout/kept_groups": float(kept_groups),
+        "rollout/kept_groups": float(torch.unique(group_ids[keep]).numel()),
         "rollout/kept_responses": float(keep.sum()),
-        "reward/shaped_mean": float(reward.mean()),
-        "reward/accuracy": float(correct.double().mean()),
+        "rollout/trained_tokens": float(prepared.response_mask.sum()),
+        "reward/shaped_mean": float(prepared.shaped_rewards.mean()),
         "reward/zero_adv_frac": float(1.0 - rows_with_signal.sum() / keep.sum().clamp(min=1)),
-        "rollout/trained_tokens": float(mask.sum()),
     }

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, fields
 
 # Importing the modules that define the built-in choices registers them.
 from rlvr.algo import aggregation, gae, ratios, regularizers, selection, surrogates  # noqa: F401
-from rlvr.algo.fields_check import check_field_types
 from rlvr.algo.registry import (
     ADVANTAGES,
     AGGREGATIONS,
@@ -22,6 +21,7 @@ from rlvr.algo.registry import (
     Params,
     Registry,
 )
+from rlvr.checks import check_field_types
 
 
 def _doc(text: str, default: object) -> object:

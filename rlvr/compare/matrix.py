@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from rlvr.checks import check_int
 from rlvr.train.config import TRAIN_KEYS, apply_override, load_yaml, resolve_config
 
 BUDGET_MODES = ("steps", "tokens")
@@ -37,9 +38,7 @@ class Budget:
         if self.mode not in BUDGET_MODES:
             raise ValueError(f"budget.mode={self.mode!r} is unknown; valid: steps, tokens")
         for name in ("value", "max_steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"budget.{name} must be an integer ≥ 1, got {value!r}")
+            check_int(f"budget.{name}", getattr(self, name))
 
     def describe(self) -> str:
         if self.mode == "steps":

@@ -16,7 +16,13 @@ from rlvr.compare.curves import SigmoidFit, fit_sigmoid
 from rlvr.compare.differences import Difference, all_differences
 from rlvr.compare.matrix import MatrixSpec
 from rlvr.compare.results import COLUMNS, CellResult, load_cell, write_results_csv
-from rlvr.compare.stats import detectable_delta, evalsize, paired_bootstrap, sign_test, t_interval
+from rlvr.eval.significance import (
+    detectable_delta,
+    evalsize,
+    paired_bootstrap,
+    sign_test,
+    t_interval,
+)
 
 
 @dataclass

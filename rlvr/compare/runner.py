@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from rlvr.checks import check_int
 from rlvr.compare.matrix import Cell, MatrixSpec, save_spec
 
 
@@ -102,8 +103,7 @@ def run_matrix(
 ) -> MatrixRun:
     """Run every unfinished cell of `spec` under `out_dir`; returns what ran and failed."""
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be an integer ≥ 1, got {jobs!r}")
+    check_int("jobs", jobs)
     cells = spec.cells(out_dir)  # validates every cell's config before anything is written
     save_spec(spec, out_dir)
     result = MatrixRun(stale=stale_cells(cells))

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from rlvr.compare.stats import t_interval
 from rlvr.eval.passk import majority_correct, pass_at_k
+from rlvr.eval.significance import t_interval
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.tasks import Problem, Task
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rlvr.compare.stats import paired_bootstrap, sign_test
+from rlvr.eval.significance import paired_bootstrap, sign_test
 
 
 def read_items(path: str | Path) -> dict[str, dict[str, Any]]:

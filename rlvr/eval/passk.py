@@ -1,7 +1,7 @@
 """Per-item sample metrics: avg@k, unbiased pass@k, maj@k.
 
 Every metric is computed per eval item and then averaged over items, so its 95 % CI is
-the Student-t interval over items (`rlvr.compare.stats.t_interval`): the items, not the
+the Student-t interval over items (`rlvr.eval.significance.t_interval`): the items, not the
 samples, are the independent units.
 """
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlvr.checks import is_int
 from rlvr.eval.evaluate import evaluate_policy
-from rlvr.models import load_policy
 from rlvr.rollout import HFEngine
 from rlvr.tasks import SPLITS, Problem, Task, make_task
+from rlvr.warmstart import load_policy
 
 
 def evaluate_model(
@@ -73,5 +74,5 @@ def response_budget(task: Task, max_new_tokens: int | None) -> int:
 
 
 def _check_count(name: str, value: object, low: int, meaning: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if not is_int(value) or value < low:
         raise ValueError(f"{name} must be an integer ≥ {low} ({meaning}), got {value!r}")

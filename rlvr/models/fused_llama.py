@@ -217,8 +217,6 @@ def shared_prefix_hidden(
     `rlvr.models.logprobs.response_hidden_states`, with every distinct prompt run once:
     rows with the same prompt (a group) read its keys/values, so the prompt's gradient is
     the sum over the rows that share it, exactly as with one copy per row."""
-    from rlvr.rollout.hf_engine import left_pad  # the sampler's own prompt layout
-
     device = next(model.parameters()).device
     prompts, row_prompt = _dedupe(prompt_ids)
     row_prompt = row_prompt.to(device)
@@ -249,3 +247,18 @@ def shared_prefix_hidden(
         hidden.append(fused.forward(inputs, pos, width, allowed, cache))
     hidden = torch.cat(hidden, 1)  # (B, needed, H)
     return F.pad(hidden, (0, 0, 0, steps - needed))
+
+
+def left_pad(
+    rows: list[list[int]], pad_id: int, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded `input_ids` (B, P) and `attention_mask` (B, P) of token-id lists: the
+    sampler's prompt layout, which the shared-prefix forward reuses."""
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, row in enumerate(rows):
+        if row:
+            input_ids[b, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            attention_mask[b, width - len(row) :] = 1
+    return input_ids.to(device), attention_mask.to(device)

@@ -1,4 +1,5 @@
-"""Load a policy by name: the embedded warm-started tiny model, a local path or a hub id."""
+"""Load a pretrained policy from a local path or a hub id, refusing models whose logits rlvr
+cannot reproduce. (The embedded model by name: `rlvr.warmstart.load_policy`.)"""
 
 from __future__ import annotations
 
@@ -10,28 +11,13 @@ from transformers import PreTrainedModel
 
 from rlvr.models.logprobs import lm_head_logits
 from rlvr.models.tokenizer import TOKENIZER_FILE, CharTokenizer, HFTokenizer, Tokenizer
-from rlvr.models.warmstart import warm_start
 
 EMBEDDED = "embedded"
 
 
-def load_policy(
-    model: str, task_name: str, task_options: dict[str, Any], seed: int, **warm_kw: Any
-) -> tuple[PreTrainedModel, Tokenizer, dict[str, Any]]:
-    """`"embedded"`: the tiny Qwen2 warm-started on the task (cached; `warm_kw` go to
-    `warm_start`). Anything else: a local directory or hub id for `from_pretrained`.
-    Returns (model in train mode, tokenizer, info)."""
-    if model == EMBEDDED:
-        return warm_start(task_name, task_options, seed, **warm_kw)
-    if warm_kw:
-        raise ValueError(
-            f"warm-start options {sorted(warm_kw)} only apply to model={EMBEDDED!r}, "
-            f"not model={model!r}"
-        )
-    return _load_pretrained(model)
-
-
-def _load_pretrained(name: str) -> tuple[PreTrainedModel, Tokenizer, dict[str, Any]]:
+def load_pretrained(name: str) -> tuple[PreTrainedModel, Tokenizer, dict[str, Any]]:
+    """A local directory or hub id through `from_pretrained`; returns (model in train mode,
+    tokenizer, info)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:

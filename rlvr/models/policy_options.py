@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from rlvr.checks import check_int
+
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -26,8 +28,7 @@ class LoraOptions:
     """Module names to adapt (a list, e.g. [q_proj, v_proj]) or 'all-linear'."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
-            raise ValueError(f"policy.lora.rank must be an integer ≥ 1, got {self.rank!r}")
+        check_int("policy.lora.rank", self.rank)
         if not isinstance(self.alpha, int | float) or self.alpha <= 0:
             raise ValueError(f"policy.lora.alpha must be a number > 0, got {self.alpha!r}")
         if not isinstance(self.dropout, int | float) or not 0 <= self.dropout < 1:

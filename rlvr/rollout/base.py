@@ -15,6 +15,8 @@ from typing import Protocol
 
 import torch
 
+from rlvr.checks import check_int
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -30,14 +32,12 @@ class SamplingParams:
     """A response that has not emitted EOS after this many tokens is truncated."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.group_size, int) or self.group_size < 1:
-            raise ValueError(f"group_size must be an integer >= 1, got {self.group_size!r}")
+        check_int("group_size", self.group_size)
         if not (math.isfinite(self.temperature) and self.temperature > 0):
             raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        check_int("max_new_tokens", self.max_new_tokens)
 
 
 @dataclass
@@ -97,3 +97,25 @@ class RolloutEngine(Protocol):
         """Make the engine sample from the trainer's current weights (called after every
         policy update; a no-op for an engine that shares the trainer's module)."""
         ...
+
+
+def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
+    """Token ids of each prompt; an empty list, or a prompt that encodes to nothing, is
+    refused by its index and text."""
+    if not prompts:
+        raise ValueError("generate needs at least one prompt")
+    encoded = [tokenizer.encode(p) for p in prompts]
+    for i, ids in enumerate(encoded):
+        if not ids:
+            raise ValueError(f"prompt {i} ({prompts[i]!r}) encodes to no tokens")
+    return encoded
+
+
+class TextPrompts:
+    """`generate` from text prompts, for an engine with a `tokenizer` and `generate_ids`."""
+
+    def generate(
+        self, prompts: list[str], params: SamplingParams, generator: torch.Generator
+    ) -> Generation:
+        """Sample `params.group_size` responses per prompt; deterministic given `generator`."""
+        return self.generate_ids(encode_prompts(self.tokenizer, prompts), params, generator)

@@ -16,10 +16,10 @@ import inspect
 import torch
 from transformers import DynamicCache
 
-from rlvr.models.fused_llama import supports
+from rlvr.models.fused_llama import left_pad, supports
 from rlvr.models.logprobs import lm_head_logits
 from rlvr.models.tokenizer import Tokenizer
-from rlvr.rollout.base import Generation, SamplingParams
+from rlvr.rollout.base import Generation, SamplingParams, TextPrompts
 from rlvr.rollout.static_decode import StaticDecoder
 
 
@@ -64,7 +64,7 @@ def _cache_kwarg(model: torch.nn.Module) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-class HFEngine:
+class HFEngine(TextPrompts):
     """`RolloutEngine` over an in-process `transformers` causal LM."""
 
     def __init__(
@@ -81,18 +81,6 @@ class HFEngine:
         # Llama-family models decode through rlvr's lean loop; anything else through
         # the model's own forward.
         self._static = StaticDecoder(model, fp32_head) if static_cache and supports(model) else None
-
-    def generate(
-        self, prompts: list[str], params: SamplingParams, generator: torch.Generator
-    ) -> Generation:
-        """Sample `params.group_size` responses per prompt; deterministic given `generator`."""
-        if not prompts:
-            raise ValueError("generate needs at least one prompt")
-        encoded = [self.tokenizer.encode(p) for p in prompts]
-        for i, ids in enumerate(encoded):
-            if not ids:
-                raise ValueError(f"prompt {i} ({prompts[i]!r}) encodes to no tokens")
-        return self.generate_ids(encoded, params, generator)
 
     def generate_ids(
         self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator
@@ -196,17 +184,3 @@ class HFEngine:
             prompt_index=prompt_index,
             texts=texts,
         )
-
-
-def left_pad(
-    rows: list[list[int]], pad_id: int, device: torch.device | str = "cpu"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded `input_ids` (B, P) and `attention_mask` (B, P) of token-id lists."""
-    width = max(len(r) for r in rows)
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for b, row in enumerate(rows):
-        if row:
-            input_ids[b, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-            attention_mask[b, width - len(row) :] = 1
-    return input_ids.to(device), attention_mask.to(device)

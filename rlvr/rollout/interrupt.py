@@ -13,13 +13,21 @@ from dataclasses import replace
 
 import torch
 
-from rlvr.rollout.base import Generation, RolloutEngine, SamplingParams
+from rlvr.rollout.base import Generation, RolloutEngine, SamplingParams, TextPrompts
 
 
-class ForcedInterruption:
+class ForcedInterruption(TextPrompts):
     """Wraps an engine: generate up to `budget` tokens, interrupt, let the model finish."""
 
-    def __init__(self, engine: RolloutEngine, tokenizer, budget: int, phrase: str) -> None:
+    def __init__(
+        self,
+        engine: RolloutEngine,
+        tokenizer,
+        budget: int,
+        phrase: str,
+        max_new_tokens: int | None = None,
+    ) -> None:
+        """With `max_new_tokens`, refuse a budget and phrase that leave no room to answer."""
         self.engine = engine
         self.tokenizer = tokenizer
         self.budget = budget
@@ -28,19 +36,23 @@ class ForcedInterruption:
             raise ValueError(
                 f"think_budget must be ≥ 1 and the phrase non-empty, got {budget}, {phrase!r}"
             )
+        if max_new_tokens is not None and self.answer_room(max_new_tokens) < 1:
+            raise ValueError(
+                f"think_budget={budget} plus interrupt_phrase {phrase!r} leave no room for an "
+                f"answer within max_new_tokens={max_new_tokens}"
+            )
+
+    def answer_room(self, max_new_tokens: int) -> int:
+        """Tokens left for the answer after the thinking budget and the inserted phrase."""
+        return max_new_tokens - self.budget - len(self.phrase_ids)
 
     def sync_weights(self) -> None:
         self.engine.sync_weights()
 
-    def generate(
-        self, prompts: list[str], params: SamplingParams, generator: torch.Generator
-    ) -> Generation:
-        return self.generate_ids([self.tokenizer.encode(p) for p in prompts], params, generator)
-
     def generate_ids(
         self, prompts, params: SamplingParams, generator: torch.Generator
     ) -> Generation:
-        remaining = params.max_new_tokens - self.budget - len(self.phrase_ids)
+        remaining = self.answer_room(params.max_new_tokens)
         if remaining < 1:
             return self.engine.generate_ids(prompts, params, generator)
         first = self.engine.generate_ids(

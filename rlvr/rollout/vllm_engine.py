@@ -25,7 +25,7 @@ import torch
 
 from rlvr.models.hf_policy import merged_state_dict
 from rlvr.models.tokenizer import Tokenizer
-from rlvr.rollout.base import Generation, SamplingParams
+from rlvr.rollout.base import Generation, SamplingParams, TextPrompts
 
 
 @dataclass
@@ -60,7 +60,7 @@ class Backend(Protocol):
     def wake_up(self, tags: list[str] | None = None) -> None: ...
 
 
-class VLLMEngine:
+class VLLMEngine(TextPrompts):
     """`RolloutEngine` over a `Backend` (vLLM on GPU, a fake in tests)."""
 
     def __init__(
@@ -116,17 +116,6 @@ class VLLMEngine:
         self.synced_steps += 1
 
     # -- sampling ------------------------------------------------------------------------
-
-    def generate(
-        self, prompts: list[str], params: SamplingParams, generator: torch.Generator
-    ) -> Generation:
-        if not prompts:
-            raise ValueError("generate needs at least one prompt")
-        encoded = [self.tokenizer.encode(p) for p in prompts]
-        for i, ids in enumerate(encoded):
-            if not ids:
-                raise ValueError(f"prompt {i} ({prompts[i]!r}) encodes to no tokens")
-        return self.generate_ids(encoded, params, generator)
 
     def generate_ids(
         self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator

@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import re
 
+from rlvr.checks import check_int
 from rlvr.tasks.base import Draft, Problem, SyntheticTask, alphabet_of
 from rlvr.verify import Verdict, extract_boxed, extract_tagged
 
@@ -80,12 +81,7 @@ class ArithmeticTask(SyntheticTask):
                 2-digit addition has 90·91/2 = 4095 of them; the default sizes fit.
         """
         super().__init__(seed, train_size, dev_size, eval_size)
-        if (
-            isinstance(digits, bool)
-            or not isinstance(digits, int)
-            or not 1 <= digits <= _MAX_DIGITS
-        ):
-            raise ValueError(f"digits must be an integer from 1 to {_MAX_DIGITS}, got {digits!r}")
+        check_int("digits", digits, 1, _MAX_DIGITS)
         if not isinstance(ops, str) or not ops or not set(ops) <= set("+-*"):
             raise ValueError(f"ops must be a non-empty subset of '+-*', got {ops!r}")
         if answer_format not in ANSWER_FORMATS:

@@ -15,6 +15,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from rlvr.checks import check_int, is_int
 from rlvr.verify import Verdict, safe_verify
 
 SPLITS = ("train", "dev", "eval")
@@ -98,9 +99,7 @@ def check_split(split: str) -> None:
 
 
 def check_size(field: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{field} must be a non-negative integer, got {value!r}")
-    return value
+    return check_int(field, value, low=0)
 
 
 class SyntheticTask(Task):
@@ -112,7 +111,7 @@ class SyntheticTask(Task):
     """
 
     def __init__(self, seed: int, train_size: int, dev_size: int, eval_size: int) -> None:
-        if isinstance(seed, bool) or not isinstance(seed, int):
+        if not is_int(seed):
             raise ValueError(f"seed must be an integer, got {seed!r}")
         self.seed = seed
         self.sizes = {

@@ -20,6 +20,7 @@ import re
 from collections import Counter
 from typing import NamedTuple
 
+from rlvr.checks import check_int
 from rlvr.tasks.base import Draft, Problem, SyntheticTask, alphabet_of
 from rlvr.verify import ExpressionError, Verdict, evaluate, extract_boxed
 
@@ -102,8 +103,7 @@ class CountdownTask(SyntheticTask):
             ("max_number", max_number, 1, 10_000),
             ("max_target", max_target, 1, 1_000_000),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise ValueError(f"{field} must be an integer from {low} to {high}, got {value!r}")
+            check_int(field, value, low, high)
         self.num_count = num_count
         self.max_number = max_number
         self.max_target = max_target

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from rlvr.models.hf_policy import save_kwargs
-from rlvr.models.warmstart import quiet_transformers
+from rlvr.models.quiet import quiet_transformers
 
 LATEST = "checkpoint"
 CRASH = "checkpoint.crash"

@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 
-from rlvr.algo.fields_check import check_field_types
 from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
 from rlvr.algo.registry import ADVANTAGES
-from rlvr.tasks import Task, make_task
+from rlvr.checks import check_field_types, check_int, is_number
+from rlvr.tasks import TASKS, Task, make_task
 from rlvr.train.hf_setup import check_options as check_hf_options
 
 
@@ -40,9 +40,7 @@ class TrainConfig:
     """Everything a training run needs besides the recipe's choices."""
 
     recipe: str = _doc("named recipe (`rlvr recipes`); any recipe field may be set too", "grpo")
-    task: str = _doc(
-        "task name: arithmetic, countdown, gsm8k, math, dapo_math, aime, dataset", "arithmetic"
-    )
+    task: str = _doc(f"task name: {', '.join(TASKS)}", "arithmetic")
     task_options: dict = field(default_factory=dict, metadata={"doc": "task constructor options"})
     model: str = _doc("'embedded' (tiny warm-started policy), a local path or hub id", "embedded")
     warm_target: float = _doc("dev accuracy at which the embedded warm start stops", 0.3)
@@ -123,12 +121,10 @@ class TrainConfig:
             "eval_samples",
         )
         for name in positive:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer ≥ 1, got {value!r}")
+            check_int(name, getattr(self, name))
         for name in ("lr", "critic_lr", "temperature"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            if not is_number(value) or value <= 0:
                 raise ValueError(f"{name} must be a number > 0, got {value!r}")
         if self.max_generated_tokens is not None and self.max_generated_tokens < 1:
             raise ValueError(f"max_generated_tokens must be ≥ 1, got {self.max_generated_tokens}")
@@ -141,7 +137,7 @@ class TrainConfig:
             )
         for name in ("weight_decay", "critic_weight_decay"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            if not is_number(value) or not value >= 0:
                 raise ValueError(f"{name} must be a number ≥ 0, got {value!r}")
         for name in ("save_every", "eval_size"):
             if getattr(self, name) < 0:
@@ -172,11 +168,9 @@ class TrainConfig:
 
     def _check_run_safety(self) -> None:
         for name in ("keep_checkpoints", "max_nonfinite_steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer ≥ 1, got {value!r}")
+            check_int(name, getattr(self, name))
         minutes = self.save_every_minutes
-        if isinstance(minutes, bool) or not isinstance(minutes, int | float) or minutes < 0:
+        if not is_number(minutes) or minutes < 0:
             raise ValueError(f"save_every_minutes must be a number ≥ 0, got {minutes!r}")
         if not str(self.out).strip():
             raise ValueError("out must name an output directory, got an empty string")
@@ -236,6 +230,18 @@ _Loader.add_implicit_resolver(
 def read_yaml(text: str) -> Any:
     """Parse YAML with exponent floats (1e-4) read as floats."""
     return yaml.load(text, Loader=_Loader)
+
+
+def config_flags() -> dict[str, tuple[str, str, Any]]:
+    """Scalar config fields → (type, doc, default): what `rlvr train` offers as flags. The
+    type is "bool", "str", "int" or "float" (the last two parsed as YAML, as --set is)."""
+    out = {}
+    for f in fields(TrainConfig):
+        names = {n.strip() for n in str(f.type).split("|")} - {"None"}
+        if names <= {"int", "float", "str", "bool"} and f.name != "overrides":
+            kind = next(iter(names)) if len(names) == 1 else "float"
+            out[f.name] = (kind, f.metadata.get("doc", ""), f.default)
+    return out
 
 
 def config_docs() -> dict[str, str]:

@@ -7,7 +7,7 @@ import torch
 from rlvr.algo.aggregation import aggregation_weights
 from rlvr.algo.regularizers import value_loss
 from rlvr.models.value import ValueModel
-from rlvr.train.rollout_batch import Rollout
+from rlvr.train.rollout_record import Rollout
 
 
 def critic_optimizer(critic: ValueModel, lr: float, weight_decay: float) -> torch.optim.AdamW:

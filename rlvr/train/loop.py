@@ -18,21 +18,23 @@ from rlvr.algo import PreparedBatch, prepare_batch
 from rlvr.algo.gae import gae
 from rlvr.algo.token_advantages import outcome_token_rewards
 from rlvr.eval import evaluate_policy
-from rlvr.models import load_policy, response_logprobs
+from rlvr.models import response_logprobs
 from rlvr.models.hf_policy import reference_policy
 from rlvr.models.modes import dropout_off
 from rlvr.models.value import ValueModel
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.interrupt import ForcedInterruption
 from rlvr.tasks import make_task
+from rlvr.train.collect import collect_rollouts, sample_groups
 from rlvr.train.config import TrainConfig, check_eval_size
 from rlvr.train.critic import critic_optimizer, critic_update, critic_values
 from rlvr.train.hf_setup import make_engine, prepare_components
 from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.rng_state import load_rng_state, rng_state
-from rlvr.train.rollout_batch import Rollout
-from rlvr.train.sampling import collect_rollouts, sample_groups
+from rlvr.train.rollout_record import Rollout
+from rlvr.train.step_metrics import step_metrics
 from rlvr.train.update import UpdateSettings, minibatch_rows, policy_update
+from rlvr.warmstart import load_policy
 
 EVAL_SEED_OFFSET = 1_000_003
 PRETRAIN_SEED_OFFSET = 2_000_003
@@ -58,19 +60,12 @@ class Trainer:
         dropout_off(self.model)
         self.engine = make_engine(cfg, self.model, self.tokenizer, self.recipe.fp32_head)
         if cfg.think_budget is not None:
-            room = (
-                cfg.max_new_tokens
-                - cfg.think_budget
-                - len(self.tokenizer.encode(cfg.interrupt_phrase))
-            )
-            if room < 1:
-                raise ValueError(
-                    f"think_budget={cfg.think_budget} plus interrupt_phrase "
-                    f"{cfg.interrupt_phrase!r} leave no room for an answer within "
-                    f"max_new_tokens={cfg.max_new_tokens}"
-                )
             self.engine = ForcedInterruption(
-                self.engine, self.tokenizer, cfg.think_budget, cfg.interrupt_phrase
+                self.engine,
+                self.tokenizer,
+                cfg.think_budget,
+                cfg.interrupt_phrase,
+                cfg.max_new_tokens,
             )
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
@@ -182,15 +177,12 @@ class Trainer:
             self.cfg.prompts_per_step,
             self.generator,
         )
-        metrics = dict(collected.metrics)
         rollout = collected.rollout
-        metrics["train/update_skipped"] = 1.0
-        if rollout is None:
-            return metrics
         started = time.perf_counter()
-        prepared = self._prepare(rollout)
-        metrics.update(_selection_metrics(metrics, prepared.stats))
-        if not prepared.keep.any():  # e.g. every group had zero reward variance
+        prepared = None if rollout is None else self._prepare(rollout)
+        metrics = step_metrics(collected, prepared, self.cfg.prompts_per_step)
+        metrics["train/update_skipped"] = 1.0
+        if prepared is None or not prepared.keep.any():  # e.g. every group had zero reward variance
             return metrics
         metrics["train/update_skipped"] = 0.0
         metrics.update(
@@ -334,19 +326,6 @@ def _stateful(trainer: Trainer) -> dict[str, Any]:
     """The trainer's optimizers and LR schedulers, by attribute name."""
     kinds = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
     return {k: v for k, v in vars(trainer).items() if isinstance(v, kinds)}
-
-
-def _selection_metrics(sampled: dict[str, float], stats: dict[str, float]) -> dict[str, float]:
-    """What the batch-level filters (zero-variance, overlong) left to train on: the cost
-    columns count what was finally trained, so filtered samples are discarded ones."""
-    trained = stats["rollout/trained_tokens"]
-    return {
-        "reward/shaped_mean": stats["reward/shaped_mean"],
-        "reward/zero_adv_frac": stats["reward/zero_adv_frac"],
-        "rollout/kept_groups": stats["rollout/kept_groups"],
-        "rollout/trained_tokens": trained,
-        "rollout/discarded_tokens": sampled["rollout/generated_tokens"] - trained,
-    }
 
 
 def _explained_variance(values, returns, mask) -> float:

@@ -148,7 +148,7 @@ def _restore(trainer: Trainer, checkpoint: Path) -> dict[str, Any]:
 
 def load_weights(model: torch.nn.Module, directory: Path) -> None:
     """Copy the weights saved with `save_pretrained` in `directory` into `model`."""
-    from rlvr.models.warmstart import quiet_transformers
+    from rlvr.models.quiet import quiet_transformers
 
     dtype = next(model.parameters()).dtype
     with quiet_transformers():

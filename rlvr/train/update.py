@@ -17,7 +17,7 @@ from rlvr.algo import StepStats, policy_loss
 from rlvr.algo.objective import PreparedBatch, step_weights
 from rlvr.algo.recipes import Recipe
 from rlvr.models.logprobs import response_logprobs
-from rlvr.train.rollout_batch import Rollout
+from rlvr.train.rollout_record import Rollout
 
 
 @dataclass(frozen=True)

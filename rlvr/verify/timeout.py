@@ -42,7 +42,9 @@ def _raise_timeout(signum: int, frame: object) -> None:
     raise VerifierTimeout
 
 
-def _alarm_usable() -> bool:
+def alarm_usable() -> bool:
+    """SIGALRM only reaches the main thread, and an alarm already set by someone else is
+    theirs."""
     return (
         hasattr(signal, "setitimer")
         and threading.current_thread() is threading.main_thread()
@@ -56,7 +58,7 @@ def choose_mode(mode: str = "auto") -> str:
         raise ValueError(f"timeout mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mode != "auto":
         return mode
-    return "alarm" if _alarm_usable() else "process"
+    return "alarm" if alarm_usable() else "process"
 
 
 def call_with_timeout(
@@ -71,13 +73,13 @@ def call_with_timeout(
         return fn(*args)
     strategy = choose_mode(mode)
     if strategy == "alarm":
-        return _with_alarm(fn, args, timeout_s)
+        return with_alarm(fn, args, timeout_s)
     if strategy == "process":
         return _HELPER.call(fn, args, timeout_s)
     return _with_thread(fn, args, timeout_s)
 
 
-def _with_alarm(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float) -> Any:
+def with_alarm(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float) -> Any:
     previous = signal.signal(signal.SIGALRM, _raise_timeout)
     try:
         signal.setitimer(signal.ITIMER_REAL, timeout_s)

@@ -7,11 +7,11 @@ completion as wrong, never an exception that stops a training run.
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from rlvr.verify.timeout import VerifierTimeout, alarm_usable, with_alarm
 
 DEFAULT_TIMEOUT_S = 1.0
 
@@ -30,35 +30,6 @@ class Verdict:
     """A short human-readable explanation, e.g. ``"expected 122, got 121"``."""
 
 
-class _VerifierTimeout(BaseException):
-    """Raised by the alarm; a BaseException so a verifier's ``except Exception`` can't swallow it."""
-
-
-def _raise_timeout(signum: int, frame: object) -> None:
-    raise _VerifierTimeout
-
-
-def _alarm_available() -> bool:
-    # SIGALRM only reaches the main thread, and an alarm already set by someone else is theirs.
-    return (
-        hasattr(signal, "setitimer")
-        and threading.current_thread() is threading.main_thread()
-        and signal.getitimer(signal.ITIMER_REAL)[0] == 0.0
-    )
-
-
-def _call_with_alarm(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float) -> Any:
-    previous = signal.signal(signal.SIGALRM, _raise_timeout)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, timeout_s)
-        try:
-            return fn(*args)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0.0)
-    finally:
-        signal.signal(signal.SIGALRM, previous)
-
-
 def safe_verify(
     fn: Callable[..., Verdict], *args: Any, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> Verdict:
@@ -70,11 +41,9 @@ def safe_verify(
     signal, which is why parsers here bound their inputs rather than rely on time.
     """
     try:
-        if timeout_s > 0 and _alarm_available():
-            result = _call_with_alarm(fn, args, timeout_s)
-        else:
-            result = fn(*args)
-    except _VerifierTimeout:
+        timed = timeout_s > 0 and alarm_usable()
+        result = with_alarm(fn, args, timeout_s) if timed else fn(*args)
+    except VerifierTimeout:
         return Verdict(False, False, None, reason=f"verifier timed out after {timeout_s}s")
     except Exception as error:  # a failure is a verdict, not a crash
         return Verdict(

@@ -15,7 +15,7 @@ from algo_testlib import (
     random_batch,
 )
 
-from rlvr.algo import RECIPES, get_recipe, policy_loss, prepare_batch
+from rlvr.algo import RECIPES, get_recipe, policy_loss, prepare_batch, selection_metrics
 from rlvr.algo.advantages import EPS
 from rlvr.algo.registry import AGGREGATIONS
 
@@ -196,8 +196,9 @@ def test_dapo_filters_on_raw_correctness_advantages_use_shaped_reward():
     close(prepared.advantages, expected_adv, rtol=1e-12, atol=0)
     expected_w = batch.mask * torch.tensor([0, 0, 1, 1, 1, 1], dtype=F64)[:, None] / 15
     close(prepared.loss_weights, expected_w, rtol=1e-12, atol=0)
-    assert prepared.stats["rollout/candidate_groups"] == 3
-    assert prepared.stats["rollout/kept_groups"] == 2
+    metrics = selection_metrics(prepared, batch.group_ids)
+    assert metrics["rollout/kept_groups"] == 2 and metrics["rollout/kept_responses"] == 4
+    assert metrics["rollout/trained_tokens"] == 15  # 8 + 3 + 2 + 2, as the normalizer
 
 
 # ------------------------------------------------------------------ ScaleRL zero-variance filter

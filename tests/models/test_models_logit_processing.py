@@ -17,7 +17,7 @@ from transformers import (
 from rlvr.models import (
     CharTokenizer,
     build_tiny_policy,
-    load_policy,
+    load_pretrained,
     response_logprobs,
     tiny_qwen2_config,
 )
@@ -94,13 +94,13 @@ def test_unknown_logit_processing_is_refused_naming_the_attribute():
         check_logits_match(model, "stub")
 
 
-def test_load_policy_runs_the_check(tmp_path, monkeypatch):
+def test_load_pretrained_runs_the_check(tmp_path, monkeypatch):
     tokenizer = CharTokenizer()
     config = tiny_qwen2_config(tokenizer.vocab_size, hidden=16, layers=1, heads=2, kv_heads=1)
     config.lm_head_multiplier = 3.0
     build_tiny_policy(config, seed=0).save_pretrained(tmp_path)
     tokenizer.save(tmp_path)
-    load_policy(str(tmp_path), "arithmetic", {}, 0)  # plain Qwen2: accepted
+    load_pretrained(str(tmp_path))  # plain Qwen2: accepted
     original = Qwen2ForCausalLM.forward
 
     def scaled_forward(self, *args, **kwargs):
@@ -110,4 +110,4 @@ def test_load_policy_runs_the_check(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Qwen2ForCausalLM, "forward", scaled_forward)
     with pytest.raises(ValueError, match="lm_head_multiplier"):
-        load_policy(str(tmp_path), "arithmetic", {}, 0)
+        load_pretrained(str(tmp_path))

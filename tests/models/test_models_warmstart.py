@@ -9,9 +9,10 @@ import sys
 import pytest
 import torch
 
-from rlvr.models import CharTokenizer, HFTokenizer, load_policy, warm_start, warmstart
+from rlvr.models import CharTokenizer, HFTokenizer
 from rlvr.models import tokenizer as tokenizer_module
 from rlvr.tasks import ArithmeticTask
+from rlvr.warmstart import load_policy, supervised, warm_start
 
 TASK = {"digits": 1, "ops": "+", "seed": 0, "train_size": 40, "dev_size": 8, "eval_size": 4}
 SMALL = {"hidden": 16, "layers": 1, "heads": 2, "kv_heads": 2, "intermediate": 32}
@@ -108,7 +109,7 @@ def test_load_policy_names_a_bad_value(tmp_path):
 BUILD = """
 import hashlib, sys, torch
 torch.set_num_threads(int(sys.argv[1]))
-from rlvr.models import warm_start
+from rlvr.warmstart import warm_start
 task = {"digits": 2, "ops": "+", "train_size": 200, "dev_size": 8, "eval_size": 4}
 model, _, _ = warm_start("arithmetic", task, 0, cache_dir=sys.argv[2], progress=False,
                          max_steps=3, eval_every=3, target_accuracy=1.0)
@@ -142,15 +143,15 @@ def test_dev_gate_is_a_function_of_the_weights(tmp_path, monkeypatch):
     # Every check samples with a generator seeded the same way: the same weights give the
     # same dev accuracy at every check, so an extra check cannot move the stopping step.
     seen = []
-    original = warmstart.dev_accuracy
+    original = supervised.dev_accuracy
 
     def record(model, tokenizer, task, problems, generator, max_new_tokens):
         seen.append(generator.initial_seed())
         return original(model, tokenizer, task, problems, generator, max_new_tokens)
 
-    monkeypatch.setattr(warmstart, "dev_accuracy", record)
+    monkeypatch.setattr(supervised, "dev_accuracy", record)
     run(tmp_path, max_steps=6, eval_every=2)
-    assert seen == [warmstart.DEV_SEED_OFFSET] * 3
+    assert seen == [supervised.DEV_SEED_OFFSET] * 3
 
 
 def test_trains_on_train_and_gates_on_dev_never_eval(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rlvr.models import CharTokenizer, build_tiny_policy, response_logprobs, tiny_qwen2_config
@@ -63,3 +64,12 @@ def test_budget_larger_than_the_response_changes_nothing():
     plain = HFEngine(model, tok).generate(["Q: 1+2=? A:"], params, torch.Generator().manual_seed(2))
     forced = engine.generate(["Q: 1+2=? A:"], params, torch.Generator().manual_seed(2))
     assert torch.equal(plain.response_ids, forced.response_ids) and forced.forced_mask is None
+
+
+def test_a_budget_that_leaves_no_answer_room_is_refused():
+    # budget 3 + phrase " F:" (3 characters) = 6: max_new_tokens 6 leaves 0, 7 leaves 1.
+    engine, _, tok = _engine()
+    assert engine.answer_room(7) == 1
+    ForcedInterruption(engine.engine, tok, 3, " F:", max_new_tokens=7)
+    with pytest.raises(ValueError, match="leave no room for an answer within max_new_tokens=6"):
+        ForcedInterruption(engine.engine, tok, 3, " F:", max_new_tokens=6)

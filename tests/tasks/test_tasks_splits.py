@@ -124,7 +124,7 @@ def test_too_small_problem_space_says_what_to_do():
 
 @pytest.mark.parametrize("field", ["train_size", "dev_size", "eval_size"])
 def test_bad_sizes_are_named(field):
-    with pytest.raises(ValueError, match=f"{field} must be a non-negative integer, got -1"):
+    with pytest.raises(ValueError, match=f"{field} must be an integer ≥ 0, got -1"):
         CountdownTask(**{field: -1})
 
 

@@ -8,7 +8,7 @@ import dataclasses
 import torch
 
 from rlvr.train import Trainer
-from rlvr.train.sampling import collect_rollouts
+from rlvr.train.collect import collect_rollouts
 from rlvr.train.update import policy_update
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rlvr.algo import prepare_batch
 from rlvr.algo.recipes import get_recipe
 from rlvr.rollout import Generation, SamplingParams
 from rlvr.tasks import Problem
 from rlvr.train import Trainer
+from rlvr.train.collect import collect_rollouts
 from rlvr.train.prompt_pool import PromptPool
-from rlvr.train.sampling import collect_rollouts
+from rlvr.train.step_metrics import step_metrics
 from rlvr.verify import Verdict
 
 G = 4
@@ -61,9 +63,16 @@ class FixedOrderPool:
         return False
 
 
-def _collect(patterns, rounds, per_step=2, dynamic=True):
-    recipe = get_recipe("dapo", max_refill_rounds=rounds, dynamic_sampling=dynamic)
-    return collect_rollouts(
+class Stepped:
+    """The collected batch and the step's metrics, as the loop logs them."""
+
+    def __init__(self, collected, metrics):
+        self.rollout, self.metrics = collected.rollout, metrics
+
+
+def _collect(patterns, rounds, per_step=2, dynamic=True, **recipe_fields):
+    recipe = get_recipe("dapo", max_refill_rounds=rounds, dynamic_sampling=dynamic, **recipe_fields)
+    collected = collect_rollouts(
         ScriptedEngine(),
         PatternTask(),
         FixedOrderPool(patterns),
@@ -72,6 +81,19 @@ def _collect(patterns, rounds, per_step=2, dynamic=True):
         per_step,
         torch.Generator(),
     )
+    prepared = None
+    if collected.rollout is not None:
+        r = collected.rollout
+        prepared = prepare_batch(
+            recipe,
+            rewards=r.rewards,
+            correct=r.correct,
+            truncated=r.truncated,
+            response_mask=r.loss_mask,
+            group_ids=r.group_ids,
+            max_new_tokens=100,  # responses are 3 or 5 tokens: the overlong ramp never applies
+        )
+    return Stepped(collected, step_metrics(collected, prepared, per_step))
 
 
 def test_refills_over_several_rounds_until_the_batch_is_full():
@@ -111,6 +133,18 @@ def test_nothing_kept_gives_no_rollout():
 def test_without_dynamic_sampling_everything_is_kept_in_one_round():
     got = _collect(["1111", "0000"], rounds=3, dynamic=False)
     assert got.metrics["rollout/refill_rounds"] == 0 and len(got.rollout) == 2 * G
+
+
+def test_zero_variance_filter_after_collection_is_counted_as_discarded():
+    # Without dynamic sampling both groups are collected; the zero-variance filter of the
+    # prepared batch then drops "1111" (12 tokens), so only "1100" is trained:
+    # generated 12 + (3+3+5+5) = 28, trained 16, discarded 12; kept 1 of 2 groups.
+    got = _collect(["1111", "1100"], rounds=0, dynamic=False, zero_variance_filter=True)
+    m = got.metrics
+    assert (m["rollout/generated_tokens"], m["rollout/trained_tokens"]) == (28, 16)
+    assert m["rollout/discarded_tokens"] == 12
+    assert (m["rollout/kept_groups"], m["rollout/candidate_groups"]) == (1, 2)
+    assert m["time/discarded_rollout_s"] == pytest.approx(m["time/rollout_s"] * 12 / 28)
 
 
 def test_all_filtered_batch_skips_the_update(small_config):

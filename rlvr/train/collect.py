@@ -4,7 +4,7 @@ Dynamic sampling (arXiv 2503.14476, §3.2): groups whose raw correctness is unif
 signal; they are dropped and replacement prompts are sampled until the batch holds
 `prompts_per_step` informative groups or `max_refill_rounds` extra rounds were spent. What
 was kept is trained on (a partial batch if need be; nothing kept skips the update). Every
-generated token is on the books: generated, trained and discarded.
+generated token is on the books: generated, trained and discarded (`rlvr.train.step_metrics`).
 """
 
 from __future__ import annotations
@@ -20,13 +20,19 @@ from rlvr.rewards import reward_metrics, task_rewards
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.tasks import Problem, Task
 from rlvr.train.prompt_pool import PromptPool
-from rlvr.train.rollout_batch import Rollout, from_generation
+from rlvr.train.rollout_record import Rollout, from_generation
 
 
 @dataclass
 class Collected:
-    rollout: Rollout | None  # None when every group was filtered out
-    metrics: dict[str, float]
+    """One step's sampling: everything generated, what dynamic sampling kept, its cost."""
+
+    generated: Rollout  # every response sampled this step, refills included
+    rollout: Rollout | None  # the kept batch; None when every group was filtered out
+    refills: int  # extra sampling rounds spent
+    rollout_s: float  # seconds spent sampling and verifying
+    first_round_s: float  # of which the first round
+    pool: dict[str, float]  # prompt-pool and reward-function metrics
 
 
 def sample_groups(
@@ -90,60 +96,24 @@ def collect_rollouts(
                 informative_groups(batch.correct, batch.group_ids).nonzero().squeeze(-1)
             )
         kept += [batch] if len(batch) else []
-        kept_groups = sum(int(torch.unique(b.group_ids).numel()) for b in kept)
-        refills = len(every) - 1
-        if not recipe.dynamic_sampling or kept_groups >= prompts_per_step:
+        if not recipe.dynamic_sampling or _group_count(kept) >= prompts_per_step:
             break
-        if refills >= recipe.max_refill_rounds:
+        if len(every) - 1 >= recipe.max_refill_rounds:
             break
     rollout = _first_groups(Rollout.concat(kept), prompts_per_step) if kept else None
-    metrics = _cost_metrics(Rollout.concat(every), rollout, len(every) - 1, prompts_per_step)
-    metrics.update(_time_metrics(metrics, time.perf_counter() - start, first_round_s))
-    metrics["rollout/retired_prompts"] = float(retired)
-    metrics["rollout/pool_size"] = float(pool.active_size)
-    metrics.update(reward_metrics(task))
-    return Collected(rollout, metrics)
-
-
-def _time_metrics(costs: dict[str, float], rollout_s: float, first_round_s: float):
-    """Rollout seconds, the part spent refilling, and the share spent on discarded samples
-    (generation time is proportional to tokens)."""
-    wasted = costs["rollout/discarded_tokens"] / max(costs["rollout/generated_tokens"], 1)
-    return {
-        "time/rollout_s": rollout_s,
-        "time/refill_s": rollout_s - first_round_s,
-        "time/discarded_rollout_s": rollout_s * wasted,
+    pool_metrics = {
+        "rollout/retired_prompts": float(retired),
+        "rollout/pool_size": float(pool.active_size),
+        **reward_metrics(task),
     }
+    elapsed = time.perf_counter() - start
+    return Collected(
+        Rollout.concat(every), rollout, len(every) - 1, elapsed, first_round_s, pool_metrics
+    )
 
 
-def _cost_metrics(
-    every: Rollout, kept: Rollout | None, refills: int, prompts_per_step: int
-) -> dict[str, float]:
-    """What the step's sampling produced, what of it is trained on, and what was wasted."""
-    generated = float(every.loss_mask.sum())
-    trained = 0.0 if kept is None else float(kept.loss_mask.sum())
-    return {
-        "rollout/candidate_groups": float((refills + 1) * prompts_per_step),
-        "rollout/kept_groups": float(0 if kept is None else torch.unique(kept.group_ids).numel()),
-        "rollout/refill_rounds": float(refills),
-        "rollout/generated_tokens": generated,
-        "rollout/trained_tokens": trained,
-        "rollout/discarded_tokens": generated - trained,
-        "rollout/generated_responses": float(len(every)),
-        "rollout/truncated_frac": float(every.truncated.float().mean()),
-        "rollout/interrupted_frac": _interrupted_frac(every),
-        "rollout/response_length": float(every.lengths.mean()),
-        "reward/mean": float(every.rewards.mean()),
-        "reward/accuracy": float(every.correct.mean()),
-        "reward/format_rate": float(every.formatted.mean()),
-    }
-
-
-def _interrupted_frac(rollout: Rollout) -> float:
-    """Fraction of responses that reached the thinking budget and got the end phrase."""
-    if rollout.forced_mask is None:
-        return 0.0
-    return float((rollout.forced_mask.sum(-1) > 0).float().mean())
+def _group_count(batches: list[Rollout]) -> int:
+    return sum(int(torch.unique(b.group_ids).numel()) for b in batches)
 
 
 def _first_groups(rollout: Rollout, count: int) -> Rollout:

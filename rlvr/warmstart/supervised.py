@@ -34,11 +34,14 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedModel
-from transformers.utils import logging as hf_logging
 
+from rlvr.checks import check_int
 from rlvr.models.logprobs import response_logprobs
+from rlvr.models.quiet import quiet_transformers
 from rlvr.models.tiny import ATTN_IMPLEMENTATION, build_tiny_policy, tiny_qwen2_config
 from rlvr.models.tokenizer import CharTokenizer
+from rlvr.rollout.base import SamplingParams
+from rlvr.rollout.hf_engine import HFEngine
 from rlvr.tasks import TASKS, Problem, Task, make_task
 
 FORMAT_VERSION = 3
@@ -145,9 +148,7 @@ class WarmStartSchedule:
         if not 0 <= self.target_accuracy <= 1:
             raise ValueError(f"target_accuracy must be in [0, 1], got {self.target_accuracy!r}")
         for name in ("max_steps", "eval_every", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            check_int(name, getattr(self, name))
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr!r}")
 
@@ -285,10 +286,6 @@ def dev_accuracy(
     max_new_tokens: int,
 ) -> float:
     """Fraction of `problems` solved by one temperature-1 sample each."""
-    # Imported here: rollout sits above models in the dependency order (and imports it).
-    from rlvr.rollout.base import SamplingParams
-    from rlvr.rollout.hf_engine import HFEngine
-
     params = SamplingParams(group_size=1, temperature=1.0, max_new_tokens=max_new_tokens)
     generation = HFEngine(model, tokenizer).generate(
         [p.prompt for p in problems], params, generator
@@ -320,15 +317,3 @@ def _load_cached(path: Path) -> tuple[PreTrainedModel, CharTokenizer, dict[str, 
         model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=ATTN_IMPLEMENTATION)
     model.train()
     return model, CharTokenizer.load(path), {**info, "cache_hit": True, "cache_path": str(path)}
-
-
-@contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """Hide transformers' per-shard progress bars; the warm start has its own."""
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()

@@ -1,4 +1,8 @@
-"""Type checks for frozen config dataclasses, so a YAML typo gets a message, not a traceback."""
+"""Value checks shared by every config and option parser, so a YAML typo gets a message
+naming the field, not a traceback. A leaf module: it imports nothing of rlvr, so the pure-math `algo` package may use it.
+
+bool is an int subclass in Python; none of these accept `True` as a number.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,25 @@ from dataclasses import fields
 from typing import Any
 
 _TYPES = {"float": (int, float), "int": (int,), "bool": (bool,), "str": (str,), "dict": (dict,)}
+
+
+def is_int(value: object) -> bool:
+    """An int that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> bool:
+    """An int or float that is not a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: object, low: int = 1, high: int | None = None) -> int:
+    """`value` if it is an integer in [low, high] (no upper bound when `high` is None);
+    otherwise a ValueError naming `name`, the bounds and the value."""
+    if is_int(value) and low <= value and (high is None or value <= high):
+        return value
+    bounds = f"≥ {low}" if high is None else f"from {low} to {high}"
+    raise ValueError(f"{name} must be an integer {bounds}, got {value!r}")
 
 
 def check_field_types(obj: Any) -> None:

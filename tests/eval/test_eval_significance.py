@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from rlvr.compare.stats import (
+from rlvr.eval.significance import (
     detectable_delta,
     evalsize,
     paired_bootstrap,

@@ -1,0 +1,53 @@
+"""A step's logged numbers, computed once from what was sampled and what was trained.
+
+Every count here is the count the update used: `trained_tokens` is the prepared batch's
+response mask (after dynamic sampling, zero-variance selection and overlong filtering),
+`kept_groups` the groups with a row left in it. Whatever was generated and not trained on
+is discarded, and its share of the rollout time is `time/discarded_rollout_s`.
+"""
+
+from __future__ import annotations
+
+from rlvr.algo import PreparedBatch, selection_metrics
+from rlvr.train.collect import Collected
+from rlvr.train.rollout_record import Rollout
+
+
+def step_metrics(
+    collected: Collected, prepared: PreparedBatch | None, prompts_per_step: int
+) -> dict[str, float]:
+    """The step's sampling, cost and selection metrics. `prepared` is the prepared batch
+    of `collected.rollout` (None when dynamic sampling kept nothing)."""
+    every = collected.generated
+    generated = float(every.loss_mask.sum())
+    selected = {"rollout/kept_groups": 0.0, "rollout/trained_tokens": 0.0}
+    if prepared is not None:
+        selected = selection_metrics(prepared, collected.rollout.group_ids)
+    discarded = generated - selected["rollout/trained_tokens"]
+    rollout_s = collected.rollout_s
+    return {
+        "rollout/candidate_groups": float((collected.refills + 1) * prompts_per_step),
+        "rollout/refill_rounds": float(collected.refills),
+        "rollout/generated_tokens": generated,
+        "rollout/discarded_tokens": discarded,
+        "rollout/generated_responses": float(len(every)),
+        "rollout/truncated_frac": float(every.truncated.float().mean()),
+        "rollout/interrupted_frac": _interrupted_frac(every),
+        "rollout/response_length": float(every.lengths.mean()),
+        "reward/mean": float(every.rewards.mean()),
+        "reward/accuracy": float(every.correct.mean()),
+        "reward/format_rate": float(every.formatted.mean()),
+        **selected,
+        # Generation time is proportional to tokens: the discarded tokens' share of it.
+        "time/rollout_s": rollout_s,
+        "time/refill_s": rollout_s - collected.first_round_s,
+        "time/discarded_rollout_s": rollout_s * discarded / max(generated, 1.0),
+        **collected.pool,
+    }
+
+
+def _interrupted_frac(rollout: Rollout) -> float:
+    """Fraction of responses that reached the thinking budget and got the end phrase."""
+    if rollout.forced_mask is None:
+        return 0.0
+    return float((rollout.forced_mask.sum(-1) > 0).float().mean())

@@ -1,0 +1,27 @@
+"""Load a policy by name: the embedded warm-started tiny model, a local path or a hub id."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import PreTrainedModel
+
+from rlvr.models.load import EMBEDDED, load_pretrained
+from rlvr.models.tokenizer import Tokenizer
+from rlvr.warmstart.supervised import warm_start
+
+
+def load_policy(
+    model: str, task_name: str, task_options: dict[str, Any], seed: int, **warm_kw: Any
+) -> tuple[PreTrainedModel, Tokenizer, dict[str, Any]]:
+    """`"embedded"`: the tiny Qwen2 warm-started on the task (cached; `warm_kw` go to
+    `warm_start`). Anything else: a local directory or hub id for `from_pretrained`.
+    Returns (model in train mode, tokenizer, info)."""
+    if model == EMBEDDED:
+        return warm_start(task_name, task_options, seed, **warm_kw)
+    if warm_kw:
+        raise ValueError(
+            f"warm-start options {sorted(warm_kw)} only apply to model={EMBEDDED!r}, "
+            f"not model={model!r}"
+        )
+    return load_pretrained(model)
