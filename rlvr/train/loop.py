@@ -31,7 +31,7 @@ from rlvr.train.hf_setup import make_engine, prepare_components
 from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.rng_state import load_rng_state, rng_state
 from rlvr.train.rollout_batch import Rollout
-from rlvr.train.sampling import collect_rollouts, sample_groups
+from rlvr.train.sampling import Collected, collect_rollouts, sample_groups
 from rlvr.train.update import UpdateSettings, minibatch_rows, policy_update
 
 EVAL_SEED_OFFSET = 1_000_003
@@ -172,15 +172,7 @@ class Trainer:
 
     def train_step(self) -> dict[str, float]:
         """Collect one rollout batch and update on it; returns the step's metrics."""
-        collected = collect_rollouts(
-            self.engine,
-            self.task,
-            self.pool,
-            self.recipe,
-            self.params,
-            self.cfg.prompts_per_step,
-            self.generator,
-        )
+        collected = self._collect()
         metrics = dict(collected.metrics)
         rollout = collected.rollout
         metrics["train/update_skipped"] = 1.0
@@ -211,6 +203,18 @@ class Trainer:
         # Everything after sampling: π_old/π_ref/V forwards, advantages, policy and critic updates.
         metrics["time/train_s"] = time.perf_counter() - started
         return metrics
+
+    def _collect(self) -> Collected:
+        """One step's rollout batch (the asynchronous trainer takes it from rollout actors)."""
+        return collect_rollouts(
+            self.engine,
+            self.task,
+            self.pool,
+            self.recipe,
+            self.params,
+            self.cfg.prompts_per_step,
+            self.generator,
+        )
 
     def _prepare(self, rollout: Rollout) -> PreparedBatch:
         """π_old, π_ref and V of the rows, then the recipe's selection, shaping and advantages."""
@@ -300,6 +304,9 @@ class Trainer:
         )
         self.last_eval_items = result.item_correct
         return result.metrics
+
+    def close(self) -> None:
+        """Release what the trainer started beyond this process (the async trainer's actors)."""
 
     def state_dict(self) -> dict[str, Any]:
         """Everything besides the weights that the next step depends on: `step` counts the

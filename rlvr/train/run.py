@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import yaml
 
+from rlvr.train.async_pipeline import make_trainer
 from rlvr.train.checkpoint import (
     CRASH,
     UNUSABLE,
@@ -88,7 +89,14 @@ def run_training(cfg: TrainConfig, mode: str = "new") -> dict[str, Any]:
                 f"{out} has no good checkpoint; starting the run again from step 0",
                 stacklevel=2,
             )
-    trainer = Trainer(cfg)  # validates the task, model and recipe: nothing written yet
+    trainer = make_trainer(cfg)  # validates the task, model and recipe: nothing written yet
+    try:
+        return _run_training(cfg, mode, out, checkpoint, trainer)
+    finally:
+        trainer.close()  # the async trainer's rollout actors
+
+
+def _run_training(cfg, mode, out, checkpoint, trainer) -> dict[str, Any]:
     state = _restore(trainer, checkpoint) if checkpoint else None
     finished = state is not None and _finished(cfg, state)
     if finished and (out / "summary.json").exists():

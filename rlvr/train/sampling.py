@@ -10,6 +10,7 @@ generated token is on the books: generated, trained and discarded.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -73,15 +74,26 @@ def collect_rollouts(
     params: SamplingParams,
     prompts_per_step: int,
     generator: torch.Generator,
+    sample: Callable[[int], Rollout] | None = None,
 ) -> Collected:
-    """One step's batch: sample, verify, (dynamic sampling: filter and refill)."""
+    """One step's batch: sample, verify, (dynamic sampling: filter and refill).
+
+    `sample(group_offset)` makes one round of verified groups; default: the next
+    `prompts_per_step` prompts of `pool` through `engine` with `generator` (the asynchronous
+    pipeline passes rounds that rollout actors generated, rlvr/train/async_pipeline.py)."""
+    if sample is None:
+
+        def sample(offset: int) -> Rollout:
+            problems = pool.next(prompts_per_step)
+            return sample_groups(engine, task, problems, params, generator, offset)
+
     start = time.perf_counter()
     every: list[Rollout] = []
     kept: list[Rollout] = []
     retired, first_round_s = 0, 0.0
     while True:
         offset = len(every) * prompts_per_step
-        batch = sample_groups(engine, task, pool.next(prompts_per_step), params, generator, offset)
+        batch = sample(offset)
         every.append(batch)
         first_round_s = first_round_s or time.perf_counter() - start
         retired += _record_passes(pool, batch)
