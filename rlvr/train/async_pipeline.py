@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from rlvr.train.config import TrainConfig
+from rlvr.train.distributed import DataParallel, DataParallelTrainer
 from rlvr.train.loop import Trainer
 from rlvr.train.rollout_batch import Rollout
 from rlvr.train.sampling import Collected, collect_rollouts
@@ -235,7 +236,16 @@ def _mismatch(trainer: Trainer, rollout: Rollout) -> dict[str, float]:
 
 
 def make_trainer(cfg: TrainConfig) -> Trainer:
-    """`AsyncTrainer` when `rollout_actors ≥ 1`, else the in-process `Trainer`."""
+    """`AsyncTrainer` when `rollout_actors ≥ 1`; under torchrun (WORLD_SIZE > 1) a
+    `DataParallelTrainer`; else the in-process `Trainer`."""
+    data_parallel = DataParallel.from_env()
+    if data_parallel is not None:
+        if cfg.rollout_actors:
+            raise ValueError(
+                f"rollout_actors={cfg.rollout_actors} under torchrun: the asynchronous "
+                f"pipeline and data parallelism do not combine yet; use one of them"
+            )
+        return DataParallelTrainer(cfg, data_parallel)
     if cfg.rollout_actors:
         return AsyncTrainer(cfg)
     if cfg.max_lag:

@@ -23,6 +23,9 @@ import torch
 import torch.distributed as dist
 
 from rlvr.algo import StepStats
+from rlvr.train.config import TrainConfig
+from rlvr.train.loop import Trainer
+from rlvr.train.sampling import Collected
 
 REPLICATED = ("train/grad_norm",)  # the norm of the summed gradient, alike on every rank
 
@@ -87,3 +90,18 @@ class DataParallel:
         """Rank 0's parameters and buffers on every rank (after rank 0 loaded a checkpoint)."""
         for tensor in [*model.parameters(), *model.buffers()]:
             dist.broadcast(tensor.data, src=0)
+
+
+class DataParallelTrainer(Trainer):
+    """`Trainer` on one rank: rank 0 samples the batch, every rank updates on its shard."""
+
+    def __init__(self, cfg: TrainConfig, data_parallel: DataParallel) -> None:
+        super().__init__(cfg)
+        self.data_parallel = data_parallel
+        data_parallel.broadcast_weights(self.model)  # one starting point, whatever the init
+
+    def _collect(self) -> Collected:
+        """Rank 0's rollout batch and sampling metrics on every rank (its pool and generator
+        are the single-process run's; the other ranks' stay unused)."""
+        collected = super()._collect() if self.data_parallel.is_main else None
+        return self.data_parallel.broadcast(collected)

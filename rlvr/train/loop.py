@@ -42,6 +42,8 @@ MINIBATCH_SEED_OFFSET = 3_000_017
 class Trainer:
     """Holds the run's state in a few explicit objects (model, optimizers, pool, RNG)."""
 
+    data_parallel = None  # this rank's DataParallel under torchrun (rlvr/train/distributed.py)
+
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
         self.recipe = cfg.build_recipe()
@@ -193,6 +195,7 @@ class Trainer:
                 prepared,
                 self.settings,
                 self.minibatch_generator,
+                self.data_parallel,
             )
         )
         self.engine.sync_weights()
