@@ -201,6 +201,8 @@ class AsyncTrainer(Trainer):
         )
         book = self.pipeline.take_book()
         collected.metrics.update(book.metrics())
+        for key in ("rollout/generated_tokens", "rollout/discarded_tokens"):  # all on the books
+            collected.metrics[key] += book.dropped_tokens
         collected.metrics["async/policy_version"] = float(self.pipeline.version)
         collected.metrics["time/rollout_wait_s"] = time.perf_counter() - started
         return collected

@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from rlvr.algo import StepStats
 from rlvr.train.config import TrainConfig
-from rlvr.train.loop import Trainer
+from rlvr.train.loop import Trainer, _stateful
 from rlvr.train.sampling import Collected
 
 REPLICATED = ("train/grad_norm",)  # the norm of the summed gradient, alike on every rank
@@ -92,16 +92,78 @@ class DataParallel:
             dist.broadcast(tensor.data, src=0)
 
 
+STOP = "rlvr/data-parallel/stop"
+
+
+class FollowerStop(Exception):
+    """Rank 0's run ended (finished, stopped or failed): the follower ranks end too."""
+
+
 class DataParallelTrainer(Trainer):
-    """`Trainer` on one rank: rank 0 samples the batch, every rank updates on its shard."""
+    """`Trainer` on one rank: rank 0 samples the batch, every rank updates on its shard.
+
+    Rank 0 runs `rlvr train` (logs, evaluations, checkpoints, resume); the other ranks
+    `follow`: each step they receive rank 0's batch, and with the first one rank 0's full
+    training state (weights, optimizer states), so a resumed rank 0 brings them along.
+    """
 
     def __init__(self, cfg: TrainConfig, data_parallel: DataParallel) -> None:
         super().__init__(cfg)
         self.data_parallel = data_parallel
         data_parallel.broadcast_weights(self.model)  # one starting point, whatever the init
+        self._state_sent = False
 
     def _collect(self) -> Collected:
         """Rank 0's rollout batch and sampling metrics on every rank (its pool and generator
         are the single-process run's; the other ranks' stay unused)."""
-        collected = super()._collect() if self.data_parallel.is_main else None
-        return self.data_parallel.broadcast(collected)
+        message = None
+        if self.data_parallel.is_main:
+            state = None if self._state_sent else self._training_state()
+            message = (super()._collect(), state)
+        message = self.data_parallel.broadcast(message)
+        if message == STOP:
+            raise FollowerStop
+        collected, state = message
+        if state is not None and not self.data_parallel.is_main:
+            self._load_training_state(state)
+        self._state_sent = True
+        return collected
+
+    def _training_state(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "critic": None if self.critic is None else self.critic.state_dict(),
+            "optimizers": {k: v.state_dict() for k, v in _stateful(self).items()},
+        }
+
+    def _load_training_state(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.engine.sync_weights()
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])
+        for key, value in state["optimizers"].items():
+            _stateful(self)[key].load_state_dict(value)
+
+    def close(self) -> None:
+        """On rank 0: tell the followers the run is over (whatever ended it)."""
+        if self.data_parallel.is_main:
+            self.data_parallel.broadcast(STOP)
+        super().close()
+
+
+def is_follower() -> bool:
+    """A torchrun rank other than 0."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) > 0
+
+
+def follow(cfg: TrainConfig) -> dict[str, Any]:
+    """A follower rank's whole run: update on rank 0's batches until rank 0 ends."""
+    data_parallel = DataParallel.from_env()
+    trainer = DataParallelTrainer(cfg, data_parallel)
+    try:
+        while True:
+            trainer.train_step()
+            trainer.step += 1
+    except FollowerStop:
+        pass
+    return {"status": "follower", "rank": data_parallel.rank, "steps": trainer.step}

@@ -34,6 +34,7 @@ from rlvr.train.checkpoint import (
     set_aside_unusable,
 )
 from rlvr.train.config import TrainConfig, load_yaml, resolve_config
+from rlvr.train.distributed import follow, is_follower
 from rlvr.train.logger import MetricsLogger
 from rlvr.train.loop import Trainer
 from rlvr.train.plots import plot_run
@@ -79,6 +80,8 @@ def run_training(cfg: TrainConfig, mode: str = "new") -> dict[str, Any]:
     `mode`: "new" refuses a directory that already holds a run; "resume" continues the run
     in `cfg.out` from its newest good checkpoint (`cfg` may differ from the recorded config
     only in `RESUMABLE_CHANGES`); "overwrite" replaces the run there."""
+    if is_follower():  # torchrun rank > 0: rank 0 writes the run (docs/distributed.md)
+        return follow(cfg)
     out = check_out_dir(cfg.out, mode)
     checkpoint = None
     if mode == "resume":
