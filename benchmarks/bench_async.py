@@ -46,6 +46,7 @@ def run_mode(name: str, budget: float, seed: int, eval_size: int) -> dict:
         }
     )
     trainer = make_trainer(cfg)
+    initial = trainer.evaluate()["eval/accuracy"] if name == "sync" else None
     try:
         tokens = steps = lag_sum = rounds = dropped = 0.0
         started = time.perf_counter()
@@ -71,6 +72,7 @@ def run_mode(name: str, budget: float, seed: int, eval_size: int) -> dict:
         "mean_lag": lag_sum / max(rounds, 1),
         "dropped_rounds": dropped,
         "eval_accuracy": accuracy,
+        "initial_accuracy": initial,
     }
 
 

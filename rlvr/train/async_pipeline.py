@@ -12,8 +12,9 @@ corrects the sampler/learner mismatch that the lag causes; the mismatch is logge
 `max_lag = 0` is the synchronous run by design: a round is requested only when the learner
 needs it, with the learner's current weights and the learner's own sampling generator, whose
 state comes back with the round, so the RNG stream and every number are those of
-`Trainer`. With `max_lag ≥ 1` every actor always has a round in flight; round r samples with
-its own generator seeded from (seed, r).
+`Trainer`. With `max_lag ≥ 1` up to min(actors, max_lag) rounds are in flight (a deeper
+queue would only produce rounds that arrive too stale); round r samples with its own
+generator seeded from (seed, r).
 
 A dead actor (crash, OOM, `ray.kill`): its round goes to a live actor and the run continues
 on the survivors; when none is left the step fails with `RolloutActorsLost`.
@@ -136,7 +137,9 @@ class RolloutPipeline:
             if self.max_lag == 0:
                 self.trainer.generator.set_state(state)
             else:
-                for actor in self._idle_actors():  # keep every live actor busy
+                # Keep actors busy, but no more rounds queued than `max_lag`: the k-th
+                # round in line is consumed about k versions later, beyond would be dropped.
+                for actor in self._idle_actors()[: max(0, self.max_lag - len(self.in_flight))]:
                     self._dispatch(actor)
             lag = self.version - version
             if lag > self.max_lag:
@@ -217,6 +220,21 @@ class AsyncTrainer(Trainer):
         metrics.update(self._mismatch)
         self.pipeline.advance()
         return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["async"] = {"rounds_dispatched": self.pipeline.rounds_dispatched}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the restored weights become the published version `step`. Rounds that
+        were in flight at the checkpoint are lost (lag ≥ 1 resumes are not bit-exact; lag 0
+        has none in flight and is)."""
+        super().load_state_dict(state)
+        self.pipeline.rounds_dispatched = state.get("async", {}).get("rounds_dispatched", 0)
+        self.pipeline.in_flight.clear()
+        self.pipeline.version = self.step
+        self.pipeline.publish()
 
     def close(self) -> None:
         self.pipeline.close()
