@@ -166,6 +166,8 @@ def _train(cfg, mode: str) -> int:
         if os.environ.get("RLVR_DEBUG"):
             raise
         return _fail(f"{err} (set RLVR_DEBUG=1 for the traceback)")
+    if summary.get("status") == "follower":  # torchrun rank > 0: rank 0 reports the run
+        return 0
     before, after = summary["initial"], summary["final"]
     print(
         f"held-out accuracy: {before['eval/accuracy']:.3f} → {after['eval/accuracy']:.3f} "

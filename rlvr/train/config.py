@@ -103,6 +103,12 @@ class TrainConfig:
     max_nonfinite_steps: int = _doc(
         "stop as diverged after this many consecutive steps with a non-finite loss/gradient", 3
     )
+    rollout_actors: int = _doc(
+        "Ray rollout actors sampling asynchronously (0: in-process, synchronous)", 0
+    )
+    max_lag: int = _doc(
+        "async: policy versions a rollout may lag the learner; older ones are dropped", 0
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -139,7 +145,7 @@ class TrainConfig:
             value = getattr(self, name)
             if not is_number(value) or not value >= 0:
                 raise ValueError(f"{name} must be a number ≥ 0, got {value!r}")
-        for name in ("save_every", "eval_size"):
+        for name in ("save_every", "eval_size", "rollout_actors", "max_lag"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)!r}")
         if self.max_grad_norm < 0:

@@ -25,7 +25,7 @@ from rlvr.models.value import ValueModel
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.interrupt import ForcedInterruption
 from rlvr.tasks import make_task
-from rlvr.train.collect import collect_rollouts, sample_groups
+from rlvr.train.collect import Collected, collect_rollouts, sample_groups
 from rlvr.train.config import TrainConfig, check_eval_size
 from rlvr.train.critic import critic_optimizer, critic_update, critic_values
 from rlvr.train.hf_setup import make_engine, prepare_components
@@ -43,6 +43,8 @@ MINIBATCH_SEED_OFFSET = 3_000_017
 
 class Trainer:
     """Holds the run's state in a few explicit objects (model, optimizers, pool, RNG)."""
+
+    data_parallel = None  # this rank's DataParallel under torchrun (rlvr/train/distributed.py)
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
@@ -168,15 +170,7 @@ class Trainer:
 
     def train_step(self) -> dict[str, float]:
         """Collect one rollout batch and update on it; returns the step's metrics."""
-        collected = collect_rollouts(
-            self.engine,
-            self.task,
-            self.pool,
-            self.recipe,
-            self.params,
-            self.cfg.prompts_per_step,
-            self.generator,
-        )
+        collected = self._collect()
         rollout = collected.rollout
         started = time.perf_counter()
         prepared = None if rollout is None else self._prepare(rollout)
@@ -194,6 +188,7 @@ class Trainer:
                 prepared,
                 self.settings,
                 self.minibatch_generator,
+                self.data_parallel,
             )
         )
         self.engine.sync_weights()
@@ -204,6 +199,18 @@ class Trainer:
         # Everything after sampling: π_old/π_ref/V forwards, advantages, policy and critic updates.
         metrics["time/train_s"] = time.perf_counter() - started
         return metrics
+
+    def _collect(self) -> Collected:
+        """One step's rollout batch (the asynchronous trainer takes it from rollout actors)."""
+        return collect_rollouts(
+            self.engine,
+            self.task,
+            self.pool,
+            self.recipe,
+            self.params,
+            self.cfg.prompts_per_step,
+            self.generator,
+        )
 
     def _prepare(self, rollout: Rollout) -> PreparedBatch:
         """π_old, π_ref and V of the rows, then the recipe's selection, shaping and advantages."""
@@ -293,6 +300,9 @@ class Trainer:
         )
         self.last_eval_items = result.item_correct
         return result.metrics
+
+    def close(self) -> None:
+        """Release what the trainer started beyond this process (the async trainer's actors)."""
 
     def state_dict(self) -> dict[str, Any]:
         """Everything besides the weights that the next step depends on: `step` counts the

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import yaml
 
+from rlvr.train.async_pipeline import make_trainer
 from rlvr.train.checkpoint import (
     CRASH,
     UNUSABLE,
@@ -33,6 +34,7 @@ from rlvr.train.checkpoint import (
     set_aside_unusable,
 )
 from rlvr.train.config import TrainConfig, load_yaml, resolve_config
+from rlvr.train.distributed import follow, is_follower
 from rlvr.train.logger import MetricsLogger
 from rlvr.train.loop import Trainer
 from rlvr.train.plots import plot_run
@@ -78,6 +80,8 @@ def run_training(cfg: TrainConfig, mode: str = "new") -> dict[str, Any]:
     `mode`: "new" refuses a directory that already holds a run; "resume" continues the run
     in `cfg.out` from its newest good checkpoint (`cfg` may differ from the recorded config
     only in `RESUMABLE_CHANGES`); "overwrite" replaces the run there."""
+    if is_follower():  # torchrun rank > 0: rank 0 writes the run (docs/distributed.md)
+        return follow(cfg)
     out = check_out_dir(cfg.out, mode)
     checkpoint = None
     if mode == "resume":
@@ -88,7 +92,14 @@ def run_training(cfg: TrainConfig, mode: str = "new") -> dict[str, Any]:
                 f"{out} has no good checkpoint; starting the run again from step 0",
                 stacklevel=2,
             )
-    trainer = Trainer(cfg)  # validates the task, model and recipe: nothing written yet
+    trainer = make_trainer(cfg)  # validates the task, model and recipe: nothing written yet
+    try:
+        return _run_training(cfg, mode, out, checkpoint, trainer)
+    finally:
+        trainer.close()  # the async trainer's rollout actors
+
+
+def _run_training(cfg, mode, out, checkpoint, trainer) -> dict[str, Any]:
     state = _restore(trainer, checkpoint) if checkpoint else None
     finished = state is not None and _finished(cfg, state)
     if finished and (out / "summary.json").exists():

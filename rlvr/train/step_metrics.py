@@ -19,7 +19,7 @@ def step_metrics(
     """The step's sampling, cost and selection metrics. `prepared` is the prepared batch
     of `collected.rollout` (None when dynamic sampling kept nothing)."""
     every = collected.generated
-    generated = float(every.loss_mask.sum())
+    generated = float(every.loss_mask.sum()) + collected.dropped_tokens
     selected = {"rollout/kept_groups": 0.0, "rollout/trained_tokens": 0.0}
     if prepared is not None:
         selected = selection_metrics(prepared, collected.rollout.group_ids)
@@ -43,6 +43,7 @@ def step_metrics(
         "time/refill_s": rollout_s - collected.first_round_s,
         "time/discarded_rollout_s": rollout_s * discarded / max(generated, 1.0),
         **collected.pool,
+        **collected.extra,
     }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -18,6 +19,9 @@ from rlvr.algo.objective import PreparedBatch, step_weights
 from rlvr.algo.recipes import Recipe
 from rlvr.models.logprobs import response_logprobs
 from rlvr.train.rollout_record import Rollout
+
+if TYPE_CHECKING:
+    from rlvr.train.data_parallel import DataParallel
 
 
 @dataclass(frozen=True)
@@ -73,9 +77,12 @@ def policy_update(
     prepared: PreparedBatch,
     settings: UpdateSettings,
     generator: torch.Generator | None = None,
+    data_parallel: DataParallel | None = None,
 ) -> dict[str, float]:
     """All optimizer steps of one rollout batch; returns the step's loss/clip/time metrics.
-    `generator` reshuffles the minibatches of every epoch (None: the same fixed order)."""
+    `generator` reshuffles the minibatches of every epoch (None: the same fixed order).
+    `data_parallel`: this rank computes its share of every step's prompt groups, and the
+    gradients (whose weights are global) are summed over ranks (rlvr/train/distributed.py)."""
     start = time.perf_counter()
     stats = StepStats()
     skip = skippable_rows(recipe, prepared.advantages)
@@ -94,7 +101,8 @@ def policy_update(
                 settings.max_new_tokens,
             )
             optimizer.zero_grad(set_to_none=True)
-            active = rollout.by_length((rows & ~skip).nonzero().squeeze(-1))
+            mine = rows if data_parallel is None else data_parallel.shard(rollout.group_ids, rows)
+            active = rollout.by_length((mine & ~skip).nonzero().squeeze(-1))
             for micro in torch.split(active, settings.micro_batch_size) if len(active) else ():
                 stats.merge(
                     _micro_step(
@@ -102,10 +110,14 @@ def policy_update(
                     )
                 )
             computed_rows += len(active)
+            if data_parallel is not None:
+                data_parallel.all_reduce_grads(model)
             norm, stepped = _clip_and_step(model, optimizer, settings.max_grad_norm)
             stats.add("train/grad_norm", norm)
             nonfinite += not stepped
             optimizer_steps += 1
+    if data_parallel is not None:
+        stats = data_parallel.reduce_stats(stats)
     metrics = stats.finalize()
     for key in [k for k in stats.sums if k.startswith(("loss/", "train/grad_norm"))]:
         metrics[key] = stats.sums[key] / max(optimizer_steps, 1)

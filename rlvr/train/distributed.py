@@ -1,0 +1,100 @@
+"""Data parallelism over torch.distributed: one rollout batch, its prompt groups sharded
+over the ranks, gradients summed.
+
+Design (docs/distributed.md): rank 0 samples the step's rollout batch exactly as a
+single-process run does (same prompt pool, same sampling generator) and broadcasts it; every
+rank runs `prepare_batch` over the *whole* batch, so advantages and the aggregation weights
+come from the global counts (ALGORITHMS.md §4); within each optimizer step's rows every rank
+computes the forward/backward of its own share of the prompt groups, and the gradients are
+all-reduced with SUM, since the weights already carry the global normalizers
+(L = Σ_ranks Σ_{i ∈ shard} Σ_t w_{i,t} ℓ_{i,t}). One rank is the single-process run.
+
+The rollout record (token ids, masks, rewards) is small next to the model; what is sharded
+is the compute, the forwards and backwards of the policy update.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rlvr.train.collect import Collected
+from rlvr.train.config import TrainConfig
+from rlvr.train.data_parallel import DataParallel
+from rlvr.train.loop import Trainer, _stateful
+
+STOP = "rlvr/data-parallel/stop"
+
+
+class FollowerStop(Exception):
+    """Rank 0's run ended (finished, stopped or failed): the follower ranks end too."""
+
+
+class DataParallelTrainer(Trainer):
+    """`Trainer` on one rank: rank 0 samples the batch, every rank updates on its shard.
+
+    Rank 0 runs `rlvr train` (logs, evaluations, checkpoints, resume); the other ranks
+    `follow`: each step they receive rank 0's batch, and with the first one rank 0's full
+    training state (weights, optimizer states), so a resumed rank 0 brings them along.
+    """
+
+    def __init__(self, cfg: TrainConfig, data_parallel: DataParallel) -> None:
+        super().__init__(cfg)
+        self.data_parallel = data_parallel
+        data_parallel.broadcast_weights(self.model)  # one starting point, whatever the init
+        self._state_sent = False
+
+    def _collect(self) -> Collected:
+        """Rank 0's rollout batch and sampling metrics on every rank (its pool and generator
+        are the single-process run's; the other ranks' stay unused)."""
+        message = None
+        if self.data_parallel.is_main:
+            state = None if self._state_sent else self._training_state()
+            message = (super()._collect(), state)
+        message = self.data_parallel.broadcast(message)
+        if message == STOP:
+            raise FollowerStop
+        collected, state = message
+        if state is not None and not self.data_parallel.is_main:
+            self._load_training_state(state)
+        self._state_sent = True
+        return collected
+
+    def _training_state(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "critic": None if self.critic is None else self.critic.state_dict(),
+            "optimizers": {k: v.state_dict() for k, v in _stateful(self).items()},
+        }
+
+    def _load_training_state(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.engine.sync_weights()
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])
+        for key, value in state["optimizers"].items():
+            _stateful(self)[key].load_state_dict(value)
+
+    def close(self) -> None:
+        """On rank 0: tell the followers the run is over (whatever ended it)."""
+        if self.data_parallel.is_main:
+            self.data_parallel.broadcast(STOP)
+        super().close()
+
+
+def is_follower() -> bool:
+    """A torchrun rank other than 0."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) > 0
+
+
+def follow(cfg: TrainConfig) -> dict[str, Any]:
+    """A follower rank's whole run: update on rank 0's batches until rank 0 ends."""
+    data_parallel = DataParallel.from_env()
+    trainer = DataParallelTrainer(cfg, data_parallel)
+    try:
+        while True:
+            trainer.train_step()
+            trainer.step += 1
+    except FollowerStop:
+        pass
+    return {"status": "follower", "rank": data_parallel.rank, "steps": trainer.step}

@@ -1,0 +1,96 @@
+"""Data parallelism end to end: a `Trainer` step and an `rlvr train`-style run on two gloo
+ranks equal the single-process ones."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from rlvr.train import Trainer, run_training
+from rlvr.train.distributed import DataParallel, DataParallelTrainer
+from rlvr.train.logger import read_metrics
+
+
+def _spawn(fn, args, timeout_s: float = 300.0) -> None:
+    """Two processes of `fn`; a rank that hangs (a missed collective) fails the test."""
+    context = mp.spawn(fn, args=args, nprocs=2, join=False)
+    deadline = time.monotonic() + timeout_s
+    while not context.join(timeout=1.0):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"the ranks did not finish within {timeout_s} s")
+
+
+def _rank(rank: int, world: int, init: str, cfg, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        trainer = DataParallelTrainer(cfg, DataParallel(rank, world))
+        metrics = trainer.train_step()
+        weights = [p.detach().clone() for p in trainer.model.parameters()]
+        torch.save((metrics, weights), f"{out}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_rank_trainer_step_equals_one_process(small_config, tmp_path):
+    """prompt_mean aggregation, 5 prompt groups: rank 0 trains 3 of them, rank 1 two."""
+    cfg = small_config(recipe="grpo", prompts_per_step=5, aggregation="prompt_mean", lr=1e-3)
+    out = str(tmp_path / "rank")
+    _spawn(_rank, (2, f"file://{tmp_path / 'init'}", cfg, out))
+    trainer = Trainer(cfg)
+    expected = trainer.train_step()
+    ref = [p.detach() for p in trainer.model.parameters()]
+    for rank in (0, 1):
+        metrics, weights = torch.load(f"{out}.{rank}", weights_only=False)
+        for a, b in zip(weights, ref, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)  # AdamW step 1 ≈ lr·sign(g)
+        for key, value in expected.items():
+            if not key.startswith("time/"):
+                assert metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    assert (
+        max((a - b).abs().max() for a, b in zip(ref, Trainer(cfg).model.parameters(), strict=True))
+        > 0
+    )
+
+
+def _run_rank(rank: int, world: int, port: int, cfg) -> None:
+    import os
+
+    torch.set_num_threads(1)
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+    try:
+        run_training(cfg)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_torchrun_style_run_writes_the_single_process_run(small_config, tmp_path):
+    """`run_training` on 2 ranks (the env torchrun sets): rank 0 writes the run, rank 1
+    follows and ends with it; the logged metrics are those of one process."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = dict(steps=2, eval_every=2, eval_size=8, prompts_per_step=5, lr=1e-3)
+    dp_cfg = small_config(**cfg, out=str(tmp_path / "dp"))
+    _spawn(_run_rank, (2, port, dp_cfg))
+    run_training(small_config(**cfg, out=str(tmp_path / "one")))
+    dp, one = (
+        read_metrics(tmp_path / "dp" / "metrics.jsonl"),
+        read_metrics(tmp_path / "one" / "metrics.jsonl"),
+    )
+    assert [r["step"] for r in dp] == [r["step"] for r in one] == [0, 1, 2]
+    for a, b in zip(dp, one, strict=True):
+        for key, value in b.items():
+            if not key.startswith("time/"):
+                assert a[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    assert not (tmp_path / "dp.rank1").exists()
