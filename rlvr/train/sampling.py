@@ -133,10 +133,21 @@ def _cost_metrics(
         "rollout/truncated_frac": float(every.truncated.float().mean()),
         "rollout/interrupted_frac": _interrupted_frac(every),
         "rollout/response_length": float(every.lengths.mean()),
+        **length_by_outcome(every.lengths, every.correct),
         "reward/mean": float(every.rewards.mean()),
         "reward/accuracy": float(every.correct.mean()),
         "reward/format_rate": float(every.formatted.mean()),
     }
+
+
+def length_by_outcome(lengths: torch.Tensor, correct: torch.Tensor) -> dict[str, float]:
+    """Mean length of the correct and of the incorrect responses; a key is left out when
+    no response has that outcome (a mean over nothing is not 0)."""
+    out = {}
+    for name, rows in (("correct", correct.bool()), ("incorrect", ~correct.bool())):
+        if rows.any():
+            out[f"rollout/{name}_length"] = float(lengths[rows].float().mean())
+    return out
 
 
 def _interrupted_frac(rollout: Rollout) -> float:
