@@ -59,7 +59,44 @@ def policy_loss(
         loss = loss + recipe.nll_coef * nll
         stats.add("loss/nll", nll.detach())
     _clip_stats(stats, ratio.detach(), advantages, response_mask, out, recipe)
+    moving = gradient_tokens(
+        recipe, logprobs, old_logprobs, advantages, loss_weights, response_mask, sampler_logprobs
+    )
+    valid = response_mask > 0
+    stats.add_ratio("grad/token_frac", moving.sum(), valid.sum())
+    active = valid & (advantages != 0)
+    stats.add_ratio("grad/active_token_frac", (moving & active).sum(), active.sum())
     return loss, stats
+
+
+def gradient_tokens(
+    recipe: Recipe,
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_weights: torch.Tensor,
+    response_mask: torch.Tensor,
+    sampler_logprobs: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """(N, T) bool: response tokens t with ∂(Σ w·ℓ·TIS)/∂logπ_t ≠ 0, i.e. the tokens the
+    policy term of the update moves. Recomputed on a detached copy of `logprobs` (the
+    surrogate alone, no model forward), so clipping that zeroes a gradient (PPO's clipped
+    branch, GSPO's clipped sequences) shows as False and CISPO's clipped weight does not.
+    """
+    leaf = logprobs.detach().requires_grad_(True)
+    with torch.enable_grad():
+        ratio_choice = RATIOS.get(recipe.ratio)
+        ratio = ratio_choice.fn(leaf, old_logprobs, response_mask)
+        per_token = SURROGATES.get(recipe.surrogate).fn(ratio, advantages, leaf, recipe.params).loss
+        if recipe.tis_cap is not None and sampler_logprobs is not None:
+            tis = (sequence_tis_weight if ratio_choice.sequence_level else token_tis_weight)(
+                old_logprobs, sampler_logprobs, response_mask, recipe.tis_cap
+            )
+            per_token = per_token * tis
+        (grad,) = torch.autograd.grad(aggregate(per_token, loss_weights), leaf, allow_unused=True)
+    if grad is None:
+        return torch.zeros_like(response_mask, dtype=torch.bool)
+    return (grad != 0) & (response_mask > 0)
 
 
 def _clip_stats(stats: StepStats, ratio, advantages, mask, out, recipe: Recipe) -> None:
@@ -67,6 +104,7 @@ def _clip_stats(stats: StepStats, ratio, advantages, mask, out, recipe: Recipe) 
     valid = mask > 0
     active = valid & (advantages != 0)
     stats.add_ratio("clip/ratio_mean", ratio[valid].sum(), valid.sum())
+    stats.add_ratio("clip/ratio_abs_dev", (ratio[valid] - 1).abs().sum(), valid.sum())
     stats.add_ratio("clip/low_frac", (out.clipped_low & active).sum(), active.sum())
     stats.add_ratio("clip/high_frac", (out.clipped_high & active).sum(), active.sum())
     either = (out.clipped_low | out.clipped_high) & active

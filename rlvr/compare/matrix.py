@@ -17,10 +17,11 @@ from typing import Any
 import yaml
 
 from rlvr.checks import check_int
+from rlvr.compare.verdict import hypothesis_from_dict
 from rlvr.train.config import TRAIN_KEYS, apply_override, load_yaml, resolve_config
 
 BUDGET_MODES = ("steps", "tokens")
-SPEC_KEYS = {"base", "recipes", "overrides", "seeds", "budget", "baseline"}
+SPEC_KEYS = {"base", "recipes", "overrides", "seeds", "budget", "baseline", "hypothesis"}
 # Tokens mode needs a step cap too; it only guards against a budget that is never reached.
 DEFAULT_MAX_STEPS = 100_000
 
@@ -86,6 +87,8 @@ class MatrixSpec:
     seeds: tuple[int, ...] = (0,)
     budget: Budget = field(default_factory=Budget)
     baseline: str | None = None
+    hypothesis: dict[str, Any] | None = None
+    """Pre-registered claim and predictions (`rlvr.compare.verdict`); the report judges it."""
 
     def __post_init__(self) -> None:
         if not self.recipes:
@@ -110,6 +113,8 @@ class MatrixSpec:
             )
         if self.baseline is not None and self.baseline not in labels:
             raise ValueError(f"baseline={self.baseline!r} is not a label; valid: {labels}")
+        if self.hypothesis is not None:
+            hypothesis_from_dict(self.hypothesis, labels)
 
     def _conditions(self) -> list[tuple[str, str, dict[str, Any]]]:
         """(label, recipe, overrides) for every compared condition, in order."""
@@ -160,6 +165,7 @@ class MatrixSpec:
             "seeds": list(self.seeds),
             "budget": budget,
             "baseline": self.baseline_label,
+            **({"hypothesis": self.hypothesis} if self.hypothesis is not None else {}),
         }
 
 
@@ -190,6 +196,7 @@ def spec_from_dict(data: dict[str, Any]) -> MatrixSpec:
         seeds=tuple(range(seeds)) if isinstance(seeds, int) else tuple(seeds),
         budget=Budget(**budget),
         baseline=data.get("baseline"),
+        hypothesis=data.get("hypothesis"),
     )
 
 

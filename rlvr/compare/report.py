@@ -258,6 +258,15 @@ def _sections(spec, groups, fits, fit_notes, diff_text, plots, out: Path) -> lis
     ]  # fmt: skip
 
 
+def _verdict(spec: MatrixSpec, results: list[CellResult]) -> str:
+    from rlvr.compare.verdict import hypothesis_from_dict, verdict_section
+
+    records: dict[str, dict[int, list]] = {}
+    for r in results:
+        records.setdefault(r.cell.label, {})[r.cell.seed] = r.records
+    return verdict_section(hypothesis_from_dict(spec.hypothesis, spec.labels()), records)
+
+
 def build_report(spec: MatrixSpec, out_dir: str | Path) -> Report:
     """Write results.csv, report.md and plots/ for the finished cells of `spec`."""
     from rlvr.compare.plots import plot_comparison
@@ -277,6 +286,8 @@ def build_report(spec: MatrixSpec, out_dir: str | Path) -> Report:
     )
     plots = plot_comparison(results, fits, out / "plots")
     body = [_header(spec, results, missing, out)]
+    if spec.hypothesis is not None:
+        body += ["## Verdict (pre-registered hypothesis)", _verdict(spec, results)]
     body += _sections(spec, groups, fits, fit_notes, diff_text, plots, out)
     path = out / "report.md"
     path.write_text("\n\n".join(body) + "\n")

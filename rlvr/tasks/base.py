@@ -4,7 +4,7 @@ A ``Task`` hands out ``Problem`` records (prompt with the template applied, the
 reference answer, and an ideal completion for a supervised warm start) and scores
 completions with ``verify``, which turns any failure inside ``check`` into a
 ``Verdict`` instead of an exception. ``SyntheticTask`` adds the seeded generator
-shared by the synthetic families (arithmetic, countdown).
+shared by the synthetic families (arithmetic, countdown, worked).
 """
 
 from __future__ import annotations

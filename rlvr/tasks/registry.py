@@ -9,10 +9,12 @@ from rlvr.tasks.arithmetic import ArithmeticTask
 from rlvr.tasks.base import Task
 from rlvr.tasks.countdown import CountdownTask
 from rlvr.tasks.math_data import DATA_TASKS
+from rlvr.tasks.worked import WorkedArithmeticTask
 
 TASKS: dict[str, type[Task]] = {
     ArithmeticTask.name: ArithmeticTask,
     CountdownTask.name: CountdownTask,
+    WorkedArithmeticTask.name: WorkedArithmeticTask,
     **DATA_TASKS,
 }
 

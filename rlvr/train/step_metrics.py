@@ -8,6 +8,8 @@ is discarded, and its share of the rollout time is `time/discarded_rollout_s`.
 
 from __future__ import annotations
 
+import torch
+
 from rlvr.algo import PreparedBatch, selection_metrics
 from rlvr.train.collect import Collected
 from rlvr.train.rollout_record import Rollout
@@ -34,6 +36,7 @@ def step_metrics(
         "rollout/truncated_frac": float(every.truncated.float().mean()),
         "rollout/interrupted_frac": _interrupted_frac(every),
         "rollout/response_length": float(every.lengths.mean()),
+        **length_by_outcome(every.lengths, every.correct),
         "reward/mean": float(every.rewards.mean()),
         "reward/accuracy": float(every.correct.mean()),
         "reward/format_rate": float(every.formatted.mean()),
@@ -45,6 +48,16 @@ def step_metrics(
         **collected.pool,
         **collected.extra,
     }
+
+
+def length_by_outcome(lengths: torch.Tensor, correct: torch.Tensor) -> dict[str, float]:
+    """Mean length of the correct and of the incorrect responses; a key is left out when
+    no response has that outcome (a mean over nothing is not 0)."""
+    out = {}
+    for name, rows in (("correct", correct.bool()), ("incorrect", ~correct.bool())):
+        if rows.any():
+            out[f"rollout/{name}_length"] = float(lengths[rows].float().mean())
+    return out
 
 
 def _interrupted_frac(rollout: Rollout) -> float:

@@ -9,6 +9,7 @@ def test_registry_contents():
     assert set(TASKS) == {
         "arithmetic",
         "countdown",
+        "worked",
         "dataset",
         "gsm8k",
         "math",

@@ -14,6 +14,7 @@ from rlvr.tasks import (
     make_task,
 )
 from rlvr.tasks.countdown import parse_prompt
+from rlvr.tasks.worked import WorkedArithmeticTask
 
 SETTINGS = [
     (ArithmeticTask, {"digits": 2, "ops": "+"}),
@@ -23,6 +24,8 @@ SETTINGS = [
     (CountdownTask, {"num_count": 3, "max_number": 25}),
     (CountdownTask, {"num_count": 2, "max_number": 50, "max_target": 100}),
     (CountdownTask, {"num_count": 4, "max_number": 10}),
+    (WorkedArithmeticTask, {"wrong_frac": 0.0}),  # wrong targets are tested in their file
+    (WorkedArithmeticTask, {"min_terms": 2, "max_terms": 5, "short_frac": 0.0, "wrong_frac": 0}),
 ]
 SIZES = {"train_size": 500, "dev_size": 50, "eval_size": 100}
 
@@ -167,6 +170,14 @@ def _countdown_key(problem):
     return (tuple(sorted(numbers)), target)
 
 
+def _worked_key(problem):
+    # The multiset of signed products: 3+4*2-5, 2*4+3-5 and 3-5+4*2 are one problem.
+    expression = re.fullmatch(r"Q: (.*)=\? A:", problem.prompt).group(1)
+    terms = re.findall(r"([-+]?)([0-9*]+)", expression)
+    signed = ((sign or "+", tuple(sorted(map(int, p.split("*"))))) for sign, p in terms)
+    return tuple(sorted(signed))
+
+
 # Every registered task with the settings to check; its key maps a problem and its mirrors
 # (37+85 and 85+37; the numbers of a countdown in any order) to one value.
 LEAK_SETTINGS = {
@@ -176,6 +187,7 @@ LEAK_SETTINGS = {
         + [{"digits": 3, "ops": "+*"}],
     ),
     "countdown": (_countdown_key, [{}, {"num_count": 4, "max_number": 10}]),
+    "worked": (_worked_key, [{}, {"min_terms": 3, "max_terms": 5, "max_number": 5}]),
 }
 
 

@@ -77,6 +77,19 @@ def test_off_policy_minibatches_log_ratio_statistics(small_config):
         assert 0.0 <= metrics[key] <= 1.0
 
 
+def test_steps_log_the_study_metrics(small_config):
+    trainer = Trainer(small_config(recipe="grpo", num_minibatches=2, lr=1e-3))
+    metrics = trainer.train_step()
+    if metrics["train/update_skipped"]:
+        metrics = trainer.train_step()
+    assert metrics["clip/ratio_abs_dev"] > 0  # the second minibatch is off-policy
+    # Moving tokens ⊆ tokens with Â ≠ 0 ⊆ response tokens, so token_frac ≤ active_token_frac.
+    assert 0 < metrics["grad/token_frac"] <= metrics["grad/active_token_frac"] <= 1
+    lengths = [metrics.get(f"rollout/{k}_length") for k in ("correct", "incorrect")]
+    assert any(v is not None for v in lengths)
+    assert metrics["policy/entropy"] > 0
+
+
 def test_gspo_logs_sequence_clip_fraction(small_config):
     trainer = Trainer(small_config(recipe="gspo", num_minibatches=2, lr=1e-3))
     metrics = trainer.train_step()

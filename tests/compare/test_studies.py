@@ -1,0 +1,25 @@
+"""Every committed study is a valid matrix with a pre-registered hypothesis of ≥ 5 seeds."""
+
+from pathlib import Path
+
+import pytest
+
+from rlvr.compare.matrix import load_spec
+from rlvr.compare.verdict import hypothesis_from_dict
+
+STUDIES = sorted((Path(__file__).parents[2] / "studies").glob("*/matrix.yaml"))
+
+
+def test_there_are_at_least_five_studies():
+    assert len(STUDIES) >= 5
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.parent.name)
+def test_study_is_preregistered(path, tmp_path):
+    spec = load_spec(path)
+    assert spec.hypothesis is not None
+    hypothesis = hypothesis_from_dict(spec.hypothesis, spec.labels())
+    assert hypothesis.min_seeds >= 5 and len(spec.seeds) >= hypothesis.min_seeds
+    assert hypothesis.evalsize.startswith("rlvr evalsize")
+    assert spec.cells(tmp_path)  # every cell's config resolves
+    assert path.parent.name in (path.parents[1] / "README.md").read_text()
