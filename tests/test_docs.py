@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 LINKED = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 CHAPTERS = sorted(DOCS.glob("[0-9][0-9]-*.md"))
+TRANSCRIBED_DOCS = [*CHAPTERS, DOCS / "methods.md"]  # pages whose console blocks are checked
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```", re.S | re.M)
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
@@ -44,7 +45,7 @@ def blocks(path: Path, info: str) -> list[str]:
 def transcripts() -> list[tuple[str, str, str]]:
     """(chapter, command, expected output) for every `$ rlvr ...` line of console blocks."""
     found = []
-    for path in CHAPTERS:
+    for path in TRANSCRIBED_DOCS:
         for body in blocks(path, "console"):
             parts = re.split(r"^\$ (.*)\n", body, flags=re.M)
             for command, output in zip(parts[1::2], parts[2::2], strict=True):
