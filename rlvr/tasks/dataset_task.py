@@ -104,7 +104,7 @@ class DatasetTask(Task):
             eval_data: held-out rows for evaluation; if None the eval split is
                 ``eval_size`` rows held out from ``data``.
             prompt_field, answer_field: column names (dots reach into nested columns).
-            verifier: ``gsm8k``, ``math`` or ``aime`` (``rlvr.verify.check``).
+            verifier: ``gsm8k``, ``math``, ``aime`` or ``dapo_math`` (``rlvr.verify.check``).
             template: format string or Jinja template of the prompt; ``{prompt}`` is the
                 prompt column.
             seed: seed of the shuffle that holds dev (and eval) rows out.

@@ -69,10 +69,11 @@ MathTask = _preset(
 )
 DapoMathTask = _preset(
     "dapo_math",
-    "DAPO-Math-17k: deduplicated (conflicting answers dropped), 200 held-out dev problems.",
+    "DAPO-Math-17k: deduplicated (conflicting answers dropped), 200 held-out dev problems;"
+    " scored like DAPO's prompts ask: the last ``Answer: X`` line, else the last ``\\boxed{}``.",
     prompt_field="prompt",
     answer_field="reward_model.ground_truth",
-    verifier="math",
+    verifier="dapo_math",
     template="{prompt}",
     dev_size=200,
     dedupe=True,

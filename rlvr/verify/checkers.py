@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from rlvr.verify.math_answers import check_aime, check_gsm8k
-from rlvr.verify.symbolic import check_math, warm_up
+from rlvr.verify.symbolic import check_dapo_math, check_math, warm_up
 from rlvr.verify.timeout import VerifierTimeout, call_with_timeout
 from rlvr.verify.verdict import Verdict
 
@@ -23,12 +23,13 @@ CHECKERS: dict[str, Checker] = {
     "gsm8k": check_gsm8k,
     "math": check_math,
     "aime": check_aime,
+    "dapo_math": check_dapo_math,
 }
 """Verifier name → ``fn(completion, reference) -> Verdict`` (module-level, picklable)."""
 
-WARM_UPS: dict[str, Callable[[], None]] = {"math": warm_up}
+WARM_UPS: dict[str, Callable[[], None]] = {"math": warm_up, "dapo_math": warm_up}
 """One-off set-up run outside the time limit (imports that must not be interrupted)."""
-DEFAULT_TIMEOUT_S = {"gsm8k": 1.0, "aime": 1.0, "math": 5.0}
+DEFAULT_TIMEOUT_S = {"gsm8k": 1.0, "aime": 1.0, "math": 5.0, "dapo_math": 5.0}
 FAILURES: Counter[str] = Counter()
 """Per process: ``"<task>/timeout"`` and ``"<task>/error"`` counts of failed checks."""
 
@@ -48,7 +49,7 @@ def check(
     mode: str = "auto",
 ) -> Verdict:
     """Verdict of ``completion`` against ``reference`` with verifier ``task`` (gsm8k,
-    math, aime), within ``timeout_s`` seconds (default per verifier; 0: no limit)."""
+    math, aime, dapo_math), within ``timeout_s`` seconds (default per verifier; 0: no limit)."""
     fn = checker(task)
     limit = DEFAULT_TIMEOUT_S.get(task, 1.0) if timeout_s is None else timeout_s
     if not isinstance(completion, str):

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 
-from rlvr.verify.math_answers import MAX_ANSWER_CHARS, last_boxed
+from rlvr.verify.extract import extract_final_line
+from rlvr.verify.math_answers import MAX_ANSWER_CHARS, last_boxed, tail
 from rlvr.verify.verdict import Verdict
 
 
@@ -51,14 +52,37 @@ def warm_up() -> None:
 
 def check_math(completion: str, reference: str) -> Verdict:
     """The last ``\\boxed{}`` is symbolically equal to ``reference`` (see the module doc)."""
-    from math_verify import verify
-
-    warm_up()
     extracted = last_boxed(completion)
     if extracted is None:
         return Verdict(False, False, None, reason="no \\boxed{...} answer found")
+    return _compare(extracted, reference, "boxed answer")
+
+
+def dapo_answer(completion: str) -> str | None:
+    """DAPO-Math-17k's answer: the last line ``Answer: X`` (the format its prompts ask
+    for, as DAPO's own scorer reads it), else the last ``\\boxed{}``. A boxed or
+    ``$...$``-wrapped ``X`` is unwrapped: ``Answer: $\\boxed{7}$`` gives ``7``."""
+    line = extract_final_line(tail(completion), "Answer:")
+    if line is None:
+        return last_boxed(completion)
+    line = line.strip().strip("$").strip()
+    return last_boxed(line) or line.rstrip(".").strip() or None
+
+
+def check_dapo_math(completion: str, reference: str) -> Verdict:
+    """`dapo_answer` is symbolically equal to ``reference`` (math-verify, as ``math``)."""
+    extracted = dapo_answer(completion)
+    if extracted is None:
+        return Verdict(False, False, None, reason="no 'Answer: ...' line or \\boxed{...} found")
+    return _compare(extracted, reference, "answer")
+
+
+def _compare(extracted: str, reference: str, what: str) -> Verdict:
+    from math_verify import verify
+
+    warm_up()
     if not extracted or len(extracted) > MAX_ANSWER_CHARS:
-        return Verdict(False, False, extracted, reason="boxed answer is empty or too long")
+        return Verdict(False, False, extracted, reason=f"{what} is empty or too long")
     gold = _parse(str(reference))
     if not gold:
         raise ValueError(f"reference answer {reference!r} could not be parsed")

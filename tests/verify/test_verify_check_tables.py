@@ -226,6 +226,30 @@ MATH = [
     ("\\fbox{7}", "7", False, False),
 ]
 
+# DAPO-Math-17k's prompts ask for a last line "Answer: $Answer"; DAPO's own scorer reads it.
+DAPO_MATH = [
+    ("Work.\nAnswer: 7", "7", True, True),
+    ("Work.\nAnswer: 7\n", "7", True, True),
+    ("Answer: 3\nOn reflection:\nAnswer: 7", "7", True, True),  # the last line wins
+    ("Answer: 7\nOn reflection:\nAnswer: 3", "7", False, True),
+    ("Work.\nAnswer: $\\frac{1}{2}$", "\\frac{1}{2}", True, True),
+    ("Work.\nAnswer: 0.5", "\\frac{1}{2}", True, True),
+    (f"Work.\nAnswer: ${B}{{7}}$", "7", True, True),
+    ("Work.\nAnswer: 7.", "7", True, True),
+    (f"no answer line, but {B}{{7}}", "7", True, True),  # the boxed fallback
+    (f"{B}{{3}} then\nAnswer: 7", "7", True, True),  # the Answer line comes first
+    ("the Answer: 7 is inline", "7", False, False),  # not a line of its own
+    ("Answer:", "7", False, False),
+    ("Work.\nAnswer: banana", "7", False, False),
+    (LONG + "\nAnswer: 7", "7", True, True),
+]
+
+
+@pytest.mark.parametrize(("completion", "reference", "correct", "formatted"), DAPO_MATH)
+def test_dapo_math_table(completion, reference, correct, formatted):
+    verdict = check("dapo_math", completion, reference)
+    assert (verdict.correct, verdict.formatted) == (correct, formatted), verdict
+
 
 @pytest.mark.parametrize(("completion", "reference", "correct", "formatted"), GSM8K)
 def test_gsm8k_table(completion, reference, correct, formatted):
