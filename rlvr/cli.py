@@ -184,6 +184,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from rlvr.train.config import load_yaml
     from rlvr.train.run import RunInterrupted
 
+    if args.items is not None or args.score is not None:  # two `rlvr eval --items` files
+        from rlvr.cli_compare_items import cmd_compare_items
+
+        return cmd_compare_items(args)
+    if args.out is None:
+        return _fail(
+            "--out is required: the comparison directory (or --items A B to compare two "
+            "`rlvr eval --items` files item by item)"
+        )
     if not args.out.strip():
         return _fail("--out must name the comparison directory, got an empty string")
     _sigterm_interrupts()
@@ -211,7 +220,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
         run = None
         if not args.report_only:
-            run = run_matrix(spec, out, jobs=args.jobs, argv=getattr(args, "argv", None))
+            jobs = 1 if args.jobs is None else args.jobs
+            run = run_matrix(spec, out, jobs=jobs, argv=getattr(args, "argv", None))
         report = build_report(spec, out)
     except (RunInterrupted, KeyboardInterrupt):
         print(
@@ -402,7 +412,11 @@ def _add_eval(sub) -> None:
 
 
 def _add_compare(sub) -> None:
-    p = sub.add_parser("compare", help="run a recipes × overrides × seeds matrix and report")
+    p = sub.add_parser(
+        "compare",
+        help="run a recipes × overrides × seeds matrix and report, or compare two "
+        "`rlvr eval --items` files item by item (--items A B)",
+    )
     p.add_argument("--matrix", help="matrix YAML: base, recipes, overrides, seeds, budget")
     p.add_argument("--config", help="training config YAML used as the base of every cell")
     p.add_argument("--recipes", help="comma-separated recipes, e.g. grpo,dapo,gspo")
@@ -412,8 +426,8 @@ def _add_compare(sub) -> None:
     p.add_argument("--steps", type=int, help="optimizer steps per cell (tokens budget: the cap)")
     p.add_argument("--tokens", type=int, help="generated tokens per cell (budget tokens)")
     p.add_argument("--baseline", help="label the others are compared against (default: first)")
-    p.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes")
-    p.add_argument("--out", required=True, help="output directory; finished cells are never redone")
+    p.add_argument("--jobs", type=int, help="cells run in parallel processes (default: 1)")
+    p.add_argument("--out", help="output directory; finished cells are never redone")
     p.add_argument(
         "--set",
         action="append",
@@ -424,6 +438,9 @@ def _add_compare(sub) -> None:
     p.add_argument(
         "--report-only", action="store_true", help="rebuild the report from finished cells"
     )
+    from rlvr.cli_compare_items import add_items_arguments
+
+    add_items_arguments(p)
     p.set_defaults(func=cmd_compare)
 
 

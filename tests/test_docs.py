@@ -1,9 +1,10 @@
 """The docs stay true: transcripts match the CLI, runnable blocks run, links resolve.
 
 Three markers in the Markdown (docs/README.md explains them to writers):
-- a ```console block whose lines start with `$ rlvr audit`, `recipes` or `evalsize` is a
-  transcript: each command is run in-process and its output must equal the lines that
-  follow it, verbatim (trailing spaces and surrounding blank lines aside);
+- a ```console block whose lines start with `$ rlvr audit`, `recipes`, `evalsize` or
+  `compare --items` is a transcript: each command is run in-process and its output must
+  equal the lines that follow it, verbatim (trailing spaces and surrounding blank lines
+  aside);
 - a ```bash runnable block is run by bash from the repository root, in fast mode:
   `RLVR_DOCS_FAST=1` and the rewrites of `fast_mode` (fewer steps and seeds, a small
   eval, outputs in a temporary directory);
@@ -35,7 +36,7 @@ TRANSCRIBED_DOCS = [*CHAPTERS, DOCS / "methods.md"]  # pages whose console block
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```", re.S | re.M)
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
-TRANSCRIBED = ("rlvr audit", "rlvr recipes", "rlvr evalsize")
+TRANSCRIBED = ("rlvr audit", "rlvr recipes", "rlvr evalsize", "rlvr compare --items")
 
 
 def blocks(path: Path, info: str) -> list[str]:

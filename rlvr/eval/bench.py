@@ -57,14 +57,20 @@ def score_items(
                     "truncated": bool(gen.truncated[row]),
                 }
             )
-        records += [_item_record(p, s, settings.k) for p, s in zip(chunk, samples, strict=True)]
+        records += [
+            _item_record(task.name, p, s, settings.k) for p, s in zip(chunk, samples, strict=True)
+        ]
     return records
 
 
-def _item_record(problem: Problem, samples: list[dict[str, Any]], k: int) -> dict[str, Any]:
+def _item_record(
+    task: str, problem: Problem, samples: list[dict[str, Any]], k: int
+) -> dict[str, Any]:
+    """One line of the `--items` file; `rlvr compare --items` reads it (rlvr/eval/paired.py)."""
     correct = [s["correct"] for s in samples]
     return {
         "uid": problem.uid,
+        "task": task,
         "prompt": problem.prompt,
         "answer": problem.answer,
         "n": len(samples),

@@ -107,15 +107,15 @@ def test_cli_eval_k_errors_are_clean(model_dir, tmp_path, capsys):
 def test_paired_items_by_hand(tmp_path):
     from rlvr.eval.paired import paired_items
 
-    a = [{"uid": f"t/eval/{i}", "avg": v} for i, v in enumerate([1.0, 1.0, 0.5, 0.0])]
-    b = [{"uid": f"t/eval/{i}", "avg": v} for i, v in enumerate([0.0, 1.0, 0.0, 0.0])]
+    a = [{"uid": f"t/eval/{i}", "n": 2, "avg": v} for i, v in enumerate([1.0, 1.0, 0.5, 0.0])]
+    b = [{"uid": f"t/eval/{i}", "n": 2, "avg": v} for i, v in enumerate([0.0, 1.0, 0.0, 0.0])]
     pa = write_jsonl(tmp_path / "a.jsonl", a[::-1])  # order does not matter: matched by uid
     pb = write_jsonl(tmp_path / "b.jsonl", b)
     result = paired_items(pa, pb)
     # differences 1, 0, 0.5, 0 → mean 0.375; A wins 2 items, ties 2; sign test p = 2·(1/2)² = 0.5
-    assert result["diff"] == pytest.approx(0.375)
-    assert (result["wins"], result["losses"], result["ties"]) == (2, 0, 2)
-    assert result["p_value"] == pytest.approx(0.5)
-    assert result["diff_ci_low"] <= 0.375 <= result["diff_ci_high"]
+    assert result.diff == pytest.approx(0.375)
+    assert (result.wins, result.losses, result.ties) == (2, 0, 2)
+    assert result.p_value == pytest.approx(0.5)
+    assert result.diff_ci_low <= 0.375 <= result.diff_ci_high
     with pytest.raises(ValueError, match="different items"):
         paired_items(pa, write_jsonl(tmp_path / "c.jsonl", b[:3]))
