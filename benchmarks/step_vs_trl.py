@@ -19,6 +19,9 @@ and loss (by default the 3 M model with grpo). Then per setting: the median and 
 (min–max) of each contestant's step time, the ratios, and the medians of the time spent
 in generation / log-prob forwards / backward / optimizer (grad clipping included) and in
 the rest (rewards, advantages, bookkeeping); medians of parts need not add up exactly.
+A last line gives each contestant's median CPU seconds per step (its process's CPU time
+over all threads; with one thread it moves less with load from other processes than
+wall time does; with `--in-process` it is the shared process's).
 
 rlvr's step is the body of `Trainer.train_step` (generate → rewards → `prepare_batch` →
 `policy_update`) without the task registry and prompt pool. TRL runs offline: the
@@ -196,7 +199,7 @@ class RlvrSide:
         self.engine.generate_ids = self.phases.wrap("generation", self.engine.generate_ids)
 
     def step(self) -> dict[str, float]:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         gen = self.engine.generate_ids(self.prompt_ids, self.params, self.generator)
         rewards = [reward(t) for t in gen.texts]
         rollout = from_generation(
@@ -213,8 +216,8 @@ class RlvrSide:
         )
         with self._timed_update():
             policy_update(self.model, self.optimizer, self.recipe, rollout, prepared, self.settings)
-        elapsed = time.perf_counter() - start
-        return {"step": elapsed, "rows": int(prepared.keep.sum()), **self.phases.take()}
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+        return {"step": elapsed, "cpu": cpu, "rows": int(prepared.keep.sum()), **self.phases.take()}
 
     @contextmanager
     def _timed_update(self):
@@ -249,7 +252,7 @@ class TrlSide:
 
         class Clock(TrainerCallback):
             def on_step_begin(self, args, state, control, **kw):
-                side._start = time.perf_counter()
+                side._start, side._start_cpu = time.perf_counter(), time.process_time()
 
             def on_pre_optimizer_step(self, args, state, control, **kw):
                 side._opt = time.perf_counter()
@@ -258,7 +261,13 @@ class TrlSide:
                 phases.now["optimizer"] += time.perf_counter() - side._opt
 
             def on_step_end(self, args, state, control, **kw):
-                side.times.append({"step": time.perf_counter() - side._start, **phases.take()})
+                side.times.append(
+                    {
+                        "step": time.perf_counter() - side._start,
+                        "cpu": time.process_time() - side._start_cpu,
+                        **phases.take(),
+                    }
+                )
 
         extra = {"epsilon_high": 0.28} if loss == "dapo" else {}
         args = GRPOConfig(
@@ -580,6 +589,10 @@ def report(size, loss, params, results, first: bool) -> None:
             + " ".join(f"{m[p]:9.3f}" for p in (*PHASES, "other"))
         )
     print(f"rows rlvr trained per step: {rows} (TRL trains every row)")
+    cpu = ", ".join(
+        f"{name} {statistics.median(t['cpu'] for t in results[name]):.3f}" for name in s
+    )
+    print(f"CPU s/step (median; the process's CPU time over all its threads): {cpu}")
     sys.stdout.flush()
 
 
