@@ -1,19 +1,27 @@
 """One RL training step, rlvr against TRL's GRPOTrainer, on the same work, side by side.
 
-Both sides get a deep copy of one freshly initialised Qwen2-style model (fp32, character
+Both sides get the same freshly initialised Qwen2-style model (seed 0; fp32, character
 vocabulary of 50), the same 8 prompts × group 8, exactly `--tokens` new tokens per row
 (TRL: `min_new_tokens` suppresses EOS; rlvr: the benchmark tokenizer's EOS id is one the
 model cannot emit), temperature 1, top-p 1, no top-k, no reference model (β = 0), one
 optimizer step per rollout batch (on-policy), the same reward function and AdamW settings.
 Three contestants are run in turn, step by step, so that load from other processes hits
 them alike: TRL with its defaults (gradient checkpointing on), TRL without gradient
-checkpointing, and rlvr. Every contestant's first steps are warm-up and not counted.
+checkpointing, and rlvr. Each runs in a process of its own (built from the same seed, the
+driver checks the weights' digest and the torch thread count), and the driver asks each in
+turn for one step over a pipe and waits for its phase times: sharing one process slowed
+the contestants unequally (allocator, OpenMP pools per thread, caches). `--in-process`
+keeps the old harness (one process, TRL trainers in threads) to compare against. Every
+contestant's first steps are warm-up and not counted.
 
 The first result line is `ratio X.XX`: TRL-default s/step / rlvr s/step for the first size
 and loss (by default the 3 M model with grpo). Then per setting: the median and spread
 (min–max) of each contestant's step time, the ratios, and the medians of the time spent
 in generation / log-prob forwards / backward / optimizer (grad clipping included) and in
 the rest (rewards, advantages, bookkeeping); medians of parts need not add up exactly.
+A last line gives each contestant's median CPU seconds per step (its process's CPU time
+over all threads; with one thread it moves less with load from other processes than
+wall time does; with `--in-process` it is the shared process's).
 
 rlvr's step is the body of `Trainer.train_step` (generate → rewards → `prepare_batch` →
 `policy_update`) without the task registry and prompt pool. TRL runs offline: the
@@ -21,6 +29,7 @@ tokenizer is built locally, `report_to="none"`, nothing is saved.
 
 Needs the `bench` extra (`pip install -e .[bench]`); rlvr itself never imports TRL.
 Run: python benchmarks/step_vs_trl.py [--sizes 3m,30m] [--losses grpo,dapo] [--reps 8]
+     [--in-process]
 """
 
 from __future__ import annotations
@@ -28,10 +37,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import hashlib
 import io
+import json
 import os
+import signal
 import statistics
 import string
+import subprocess
 import sys
 import tempfile
 import threading
@@ -186,7 +199,7 @@ class RlvrSide:
         self.engine.generate_ids = self.phases.wrap("generation", self.engine.generate_ids)
 
     def step(self) -> dict[str, float]:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         gen = self.engine.generate_ids(self.prompt_ids, self.params, self.generator)
         rewards = [reward(t) for t in gen.texts]
         rollout = from_generation(
@@ -203,8 +216,8 @@ class RlvrSide:
         )
         with self._timed_update():
             policy_update(self.model, self.optimizer, self.recipe, rollout, prepared, self.settings)
-        elapsed = time.perf_counter() - start
-        return {"step": elapsed, "rows": int(prepared.keep.sum()), **self.phases.take()}
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+        return {"step": elapsed, "cpu": cpu, "rows": int(prepared.keep.sum()), **self.phases.take()}
 
     @contextmanager
     def _timed_update(self):
@@ -239,7 +252,7 @@ class TrlSide:
 
         class Clock(TrainerCallback):
             def on_step_begin(self, args, state, control, **kw):
-                side._start = time.perf_counter()
+                side._start, side._start_cpu = time.perf_counter(), time.process_time()
 
             def on_pre_optimizer_step(self, args, state, control, **kw):
                 side._opt = time.perf_counter()
@@ -248,7 +261,13 @@ class TrlSide:
                 phases.now["optimizer"] += time.perf_counter() - side._opt
 
             def on_step_end(self, args, state, control, **kw):
-                side.times.append({"step": time.perf_counter() - side._start, **phases.take()})
+                side.times.append(
+                    {
+                        "step": time.perf_counter() - side._start,
+                        "cpu": time.process_time() - side._start_cpu,
+                        **phases.take(),
+                    }
+                )
 
         extra = {"epsilon_high": 0.28} if loss == "dapo" else {}
         args = GRPOConfig(
@@ -302,39 +321,214 @@ class TrlSide:
 
 # ---------------------------------------------------------------- driver
 
+CONTESTANTS = ("trl", "trl_nogc", "rlvr")  # the order of the steps within a round
 
-def _gated(trainer, go: threading.Semaphore, done: threading.Semaphore) -> None:
-    """Make `trainer` wait for `go` before each step and signal `done` after it: the gate's
-    callbacks run first at a step's begin and last at its end, outside the timed span."""
+
+def make_side(name: str, model, hf_tok, loss: str, tokens: int, group: int, steps: int):
+    if name == "rlvr":
+        return RlvrSide(model, hf_tok, loss, tokens, group)
+    return TrlSide(model, hf_tok, loss, tokens, group, name == "trl", steps)
+
+
+def _gated(trainer, before, after) -> None:
+    """Make `trainer` call `before()` at the start of each step and `after()` at its end:
+    the gate's callbacks run first at a step's begin and last at its end, outside the
+    timed span."""
     from transformers import TrainerCallback
 
     class Begin(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
-            go.acquire()
+            before()
 
     class End(TrainerCallback):
         def on_step_end(self, args, state, control, **kw):
-            done.release()
+            after()
 
     trainer.callback_handler.callbacks.insert(0, Begin())
     trainer.callback_handler.callbacks.append(End())
 
 
-def run_setting(size: str, loss: str, reps: int, warmup: int, tokens: int, group: int):
-    """Per contestant, the phase times of each counted step, and the parameter count."""
+def weights_digest(model) -> str:
+    """SHA-256 of the parameters, so the driver can check every process built the same."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+# ---- each contestant in its own process (the default)
+
+
+def _claim_stdout():
+    """The protocol's channel: the real stdout. Anything else written to stdout (TRL's
+    end-of-train dicts, from Python or C) goes to /dev/null from here on."""
+    channel = os.fdopen(os.dup(1), "w")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    return channel
+
+
+def _die_with_parent() -> None:
+    """Linux: be sent SIGTERM if the driver dies without closing our stdin (SIGKILL);
+    elsewhere the end of stdin (or a broken pipe) ends the child after its step."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
+def _await_step() -> bool:
+    """Block until the driver asks for a step; False at the end of input."""
+    line = sys.stdin.readline()
+    if line.strip() not in ("step", ""):
+        raise ValueError(f"child got {line.strip()!r} from the driver; valid: 'step'")
+    return bool(line)
+
+
+def child(name: str, size: str, loss: str, tokens: int, group: int, steps: int, threads: int):
+    """Run one contestant in this process, driven through stdin/stdout: one JSON line
+    `ready` (thread count, parameter count, weight digest) once everything is set up,
+    then one JSON line of phase times per `step` line read; exit at the end of input."""
+    channel = _claim_stdout()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the driver shuts us down
+    _die_with_parent()
+    torch.set_num_threads(threads)
+
+    def send(message: dict) -> None:
+        channel.write(json.dumps(message) + "\n")
+        channel.flush()
+
+    hf_tok = build_hf_tokenizer()
+    model = build_model(size, len(hf_tok))
+    ready = {
+        "threads": torch.get_num_threads(),
+        "params": count_parameters(model),
+        "weights": weights_digest(model),
+    }
+    side = make_side(name, model, hf_tok, loss, tokens, group, steps)
+    if isinstance(side, RlvrSide):
+        send(ready)
+        while _await_step():
+            send(side.step())
+        return
+    # TRL's train() owns its loop: a gate at each step's begin answers for the previous
+    # step (or `ready` before the first) and waits for the next `step`. Answering there,
+    # not at the step's end, keeps TRL's between-step work off the other contestants.
+    pending = [ready]
+
+    def before() -> None:
+        send(pending.pop())
+        if not _await_step():
+            raise SystemExit(0)
+
+    _gated(side.trainer, before, lambda: pending.append(side.times[-1]))
+    side.run()
+    send(pending.pop())
+    if _await_step():  # wait for the end of input: exiting now would overlap rlvr's step
+        raise ValueError(f"{name} asked for a step after its last ({steps})")
+
+
+class Contestant:
+    """The driver's end of one contestant's process."""
+
+    def __init__(self, name: str, argv: list[str]) -> None:
+        self.name = name
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def receive(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            code = self.proc.wait()
+            raise RuntimeError(
+                f"contestant {self.name!r} exited with code {code} before answering "
+                "(its stderr is above)"
+            )
+        return json.loads(line)
+
+    def step(self) -> dict[str, float]:
+        self.proc.stdin.write("step\n")
+        self.proc.stdin.flush()
+        return self.receive()
+
+    def close(self, abort: bool) -> None:
+        """Close its input (it exits at the end of input); on `abort`, also SIGTERM it.
+        SIGKILL whatever is still running after the grace period."""
+        if abort:
+            self.proc.terminate()
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10 if abort else 120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@contextmanager
+def contestants(argv):
+    """One process per contestant, all ended on the way out, whatever happened."""
+    procs: dict[str, Contestant] = {}
+    abort = True
+    try:
+        for name in CONTESTANTS:
+            procs[name] = Contestant(name, argv(name))
+        yield procs
+        abort = False
+    finally:
+        for proc in procs.values():
+            proc.close(abort)
+
+
+def check_ready(ready: dict[str, dict], threads: int) -> None:
+    """Every process must have built the same weights and use the driver's thread count."""
+    digests = {r["weights"] for r in ready.values()}
+    counts = {name: r["threads"] for name, r in ready.items()}
+    if len(digests) != 1:
+        raise RuntimeError(f"contestants built different weights: {digests}")
+    if set(counts.values()) != {threads}:
+        raise RuntimeError(f"contestants' torch thread counts {counts}, driver's {threads}")
+
+
+def run_setting(size, loss, reps, warmup, tokens, group, threads: int):
+    """Per contestant, the phase times of each counted step, and the parameter count.
+    Each contestant runs in its own process; the driver asks each in turn for one step
+    and waits for its answer, so they alternate step by step."""
+    flags = [f"--sizes={size}", f"--losses={loss}", f"--reps={reps}", f"--warmup={warmup}"]
+    flags += [f"--tokens={tokens}", f"--group={group}", f"--threads={threads}"]
+    script = os.path.abspath(__file__)
+    with contestants(lambda name: [sys.executable, script, f"--child={name}", *flags]) as procs:
+        ready = {name: proc.receive() for name, proc in procs.items()}
+        check_ready(ready, threads)
+        times: dict[str, list] = {name: [] for name in procs}
+        for _ in range(warmup + reps):
+            for name, proc in procs.items():
+                times[name].append(proc.step())
+    return ready["rlvr"]["params"], {name: t[warmup:] for name, t in times.items()}
+
+
+# ---- all three in this process (--in-process: the old harness, for comparison)
+
+
+def run_setting_in_process(size, loss, reps, warmup, tokens, group):
+    """As `run_setting`, but all three share this process, each TRL trainer in a thread
+    of its own. Sharing a process slows the contestants unequally (allocator, OpenMP
+    pools per thread, caches): kept only to compare against."""
     hf_tok = build_hf_tokenizer()
     base = build_model(size, len(hf_tok))
     steps = warmup + reps
     trl = {
-        "trl": TrlSide(copy.deepcopy(base), hf_tok, loss, tokens, group, True, steps),
-        "trl_nogc": TrlSide(copy.deepcopy(base), hf_tok, loss, tokens, group, False, steps),
+        name: make_side(name, copy.deepcopy(base), hf_tok, loss, tokens, group, steps)
+        for name in CONTESTANTS[:2]
     }
     rlvr = RlvrSide(copy.deepcopy(base), hf_tok, loss, tokens, group)
     # TRL's train() owns its loop, so each TRL trainer runs in a thread that the driver
     # lets take one step at a time: the three contestants alternate step by step.
     gates = {name: (threading.Semaphore(0), threading.Semaphore(0)) for name in trl}
     for name, side in trl.items():
-        _gated(side.trainer, *gates[name])
+        go, done = gates[name]
+        _gated(side.trainer, go.acquire, done.release)
     threads = [threading.Thread(target=s.run, daemon=True) for s in trl.values()]
     for t in threads:
         t.start()
@@ -395,6 +589,10 @@ def report(size, loss, params, results, first: bool) -> None:
             + " ".join(f"{m[p]:9.3f}" for p in (*PHASES, "other"))
         )
     print(f"rows rlvr trained per step: {rows} (TRL trains every row)")
+    cpu = ", ".join(
+        f"{name} {statistics.median(t['cpu'] for t in results[name]):.3f}" for name in s
+    )
+    print(f"CPU s/step (median; the process's CPU time over all its threads): {cpu}")
     sys.stdout.flush()
 
 
@@ -406,21 +604,40 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="uncounted first steps")
     parser.add_argument("--tokens", type=int, default=32, help="new tokens per completion")
     parser.add_argument("--group", type=int, default=8, help="completions per prompt")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="the old harness: all contestants in one process, TRL in threads (to compare)",
+    )
+    parser.add_argument("--child", choices=CONTESTANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.child:  # one contestant, driven through stdin/stdout
+        steps = args.warmup + args.reps
+        child(args.child, args.sizes, args.losses, args.tokens, args.group, steps, args.threads)
+        return
+    threads = torch.get_num_threads()
+    where = (
+        "all in one process (TRL in threads)"
+        if args.in_process
+        else "each contestant in its own process (same thread count, checked)"
+    )
     header = (
-        f"# threads={torch.get_num_threads()} torch {torch.__version__}; "
+        f"# threads={threads} torch {torch.__version__}; "
         f"{len(PROMPTS)} prompts x {args.group} x {args.tokens} tokens, fp32, beta=0; "
-        f"{args.warmup} warm-up + {args.reps} counted steps each, alternating"
+        f"{args.warmup} warm-up + {args.reps} counted steps each, alternating; {where}"
     )
     first = True
     for size in args.sizes.split(","):
         for loss in args.losses.split(","):
-            with contextlib.redirect_stdout(io.StringIO()):  # TRL's end-of-train dicts
-                params, results = run_setting(
-                    size, loss, args.reps, args.warmup, args.tokens, args.group
-                )
+            setting = (size, loss, args.reps, args.warmup, args.tokens, args.group)
+            if args.in_process:
+                with contextlib.redirect_stdout(io.StringIO()):  # TRL's end-of-train dicts
+                    params, results = run_setting_in_process(*setting)
+            else:
+                params, results = run_setting(*setting, threads)
             report(size, loss, params, results, first)
             if first:
                 print(header)
