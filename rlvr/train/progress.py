@@ -8,9 +8,10 @@ from tqdm import tqdm
 
 
 class StepBar:
-    def __init__(self, total: int, enabled: bool, desc: str) -> None:
+    def __init__(self, total: int, enabled: bool, desc: str, initial: int = 0) -> None:
         self._bar = tqdm(
             total=total,
+            initial=initial,
             desc=desc,
             unit="step",
             disable=not enabled,
@@ -31,5 +32,6 @@ class StepBar:
         self._bar.close()
 
 
-def progress_bar(total: int, enabled: bool, desc: str = "train") -> StepBar:
-    return StepBar(total, enabled, desc)
+def progress_bar(total: int, enabled: bool, desc: str = "train", initial: int = 0) -> StepBar:
+    """A bar over `total` steps that starts at `initial` (a resumed run's finished steps)."""
+    return StepBar(total, enabled, desc, initial)

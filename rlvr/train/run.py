@@ -233,7 +233,9 @@ class _Run:
         trainer, cfg = self.trainer, self.cfg
         if not self.resumed:
             self._start()
-        bar = progress_bar(cfg.steps, cfg.progress, desc=f"{cfg.recipe} {cfg.task}")
+        bar = progress_bar(
+            cfg.steps, cfg.progress, desc=f"{cfg.recipe} {cfg.task}", initial=trainer.step
+        )
         for step in range(trainer.step + 1, cfg.steps + 1):
             metrics = self._guarded(step, trainer.train_step)
             trainer.step = step

@@ -116,3 +116,27 @@ def test_resume_without_a_good_checkpoint_starts_again_and_keeps_the_bad_one(
     ]
     assert again == first  # one run from step 0, nothing appended twice
     assert (out / "checkpoint.unusable-0" / "trainer_state.pt").exists()
+
+
+def test_a_resumed_runs_progress_bar_starts_at_its_finished_steps(
+    small_config, tmp_path, monkeypatch
+):
+    import rlvr.train.run as run_module
+
+    starts = []
+    original = run_module.progress_bar
+
+    def spy(total, enabled, desc="train", initial=0):
+        starts.append((initial, total))
+        return original(total, enabled, desc, initial)
+
+    monkeypatch.setattr(run_module, "progress_bar", spy)
+    cfg = small_config(steps=3, save_every=1, keep_checkpoints=2)
+    run_training(cfg)
+    out = tmp_path / "run"
+    (out / "summary.json").unlink()  # as if killed after step 3's checkpoint...
+    state = out / "checkpoint" / "trainer_state.pt"  # ...and that checkpoint torn
+    state.write_bytes(state.read_bytes()[:100])
+    with pytest.warns(UserWarning, match="falling back"):
+        run_training(cfg, mode="resume")  # resumes after step 2
+    assert starts == [(0, 3), (2, 3)]  # 2 of 3 steps shown done, not 0 of 3
