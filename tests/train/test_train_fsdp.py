@@ -3,6 +3,7 @@ run on two gloo ranks equal the single-process ones, checkpoints included (resum
 
 from __future__ import annotations
 
+import shutil
 import socket
 
 import pytest
@@ -31,17 +32,13 @@ def _rank(rank: int, world: int, init: str, cfg, out: str) -> None:
         dist.destroy_process_group()
 
 
-def test_two_rank_sharded_step_equals_one_process(small_config, tmp_path):
-    """prompt_mean aggregation, 5 prompt groups dealt 3 + 2, micro-batches of 4 rows:
-    rank 0 runs 3 passes, rank 1 two and an idle one."""
-    cfg = small_config(
-        recipe="grpo",
-        prompts_per_step=5,
-        aggregation="prompt_mean",
-        lr=1e-3,
-        micro_batch_size=4,
-        parallel="fsdp",
-    )
+@pytest.mark.parametrize(
+    "recipe", [{"recipe": "grpo", "aggregation": "prompt_mean"}, {"recipe": "ppo"}]
+)
+def test_two_rank_sharded_step_equals_one_process(small_config, tmp_path, recipe):
+    """5 prompt groups dealt 3 + 2, micro-batches of 4 rows: rank 0 runs 3 passes, rank 1
+    two and an idle one. PPO: the critic is replicated, its update computed on every rank."""
+    cfg = small_config(**recipe, prompts_per_step=5, lr=1e-3, micro_batch_size=4, parallel="fsdp")
     out = str(tmp_path / "rank0.pt")
     _spawn(_rank, (2, f"file://{tmp_path / 'init'}", cfg, out))
     trainer = Trainer(small_config(**{**cfg.to_dict(), "parallel": "ddp"}))
@@ -105,9 +102,14 @@ def test_two_rank_run_writes_and_resumes_the_single_process_run(small_config, tm
         for name, value in moments.items():
             torch.testing.assert_close(mine["state"][i][name], value, rtol=1e-3, atol=1e-7)
 
+    shutil.copytree(tmp_path / "fsdp", tmp_path / "alone")
     _spawn(_run_rank, (2, _port(), small_config(**{**sharded.to_dict(), "steps": 3}), "resume"))
     run_training(small_config(**cfg, steps=3, out=str(tmp_path / "one3")))
     _same_metrics(tmp_path / "fsdp", tmp_path / "one3", [0, 1, 2, 3])
+    # The checkpoint is the single-process one: one process resumes it as well.
+    alone = {**sharded.to_dict(), "steps": 3, "parallel": "ddp", "out": str(tmp_path / "alone")}
+    run_training(small_config(**alone), "resume")
+    _same_metrics(tmp_path / "alone", tmp_path / "one3", [0, 1, 2, 3])
 
 
 def test_fsdp_needs_torchrun(small_config):
@@ -124,6 +126,10 @@ def test_fsdp_needs_torchrun(small_config):
         (
             {"parallel": "fsdp", "rollout_actors": 2},
             "parallel='fsdp' does not support rollout_actors",
+        ),
+        (
+            {"parallel": "fsdp", "policy": {"lora": {"rank": 4}}},
+            "parallel='fsdp' does not support policy.lora",
         ),
     ],
 )
