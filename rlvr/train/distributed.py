@@ -10,7 +10,8 @@ all-reduced with SUM, since the weights already carry the global normalizers
 (L = Σ_ranks Σ_{i ∈ shard} Σ_t w_{i,t} ℓ_{i,t}). One rank is the single-process run.
 
 The rollout record (token ids, masks, rewards) is small next to the model; what is sharded
-is the compute, the forwards and backwards of the policy update.
+is the compute, the forwards and backwards of the policy update. With `parallel: fsdp` the
+weights, gradients and optimizer states are sharded too (`rlvr.train.sharded`).
 """
 
 from __future__ import annotations
