@@ -44,8 +44,12 @@ class DataParallelTrainer(Trainer):
     def __init__(self, cfg: TrainConfig, data_parallel: DataParallel) -> None:
         super().__init__(cfg)
         self.data_parallel = data_parallel
-        data_parallel.broadcast_weights(self.model)  # one starting point, whatever the init
+        self._share_initial_weights()
         self._state_sent = False
+
+    def _share_initial_weights(self) -> None:
+        """Rank 0's weights on every rank: one starting point, whatever each rank's init."""
+        self.data_parallel.broadcast_weights(self.model)
 
     def _collect(self) -> Collected:
         """Rank 0's rollout batch and sampling metrics on every rank (its pool and generator

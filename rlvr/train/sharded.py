@@ -46,24 +46,31 @@ class ShardedTrainer(DataParallelTrainer):
     """`DataParallelTrainer` over an FSDP2-sharded policy (see the module docstring)."""
 
     def __init__(self, cfg: TrainConfig, data_parallel: DataParallel) -> None:
-        super().__init__(cfg, data_parallel)  # whole weights, rank 0's on every rank
-        if self.reference is not None:
-            data_parallel.broadcast_weights(self.reference)
-        mesh = fsdp_mesh(data_parallel.world_size)
+        mesh = fsdp_mesh(data_parallel.world_size)  # first: on GPUs it picks this rank's
+        super().__init__(cfg, data_parallel)
+        main = data_parallel.is_main
         self.rollout_policy = None
-        if data_parallel.is_main:
+        if main:
             self.rollout_policy = copy.deepcopy(self.model).to(mesh_device(mesh))
             self.rollout_policy.requires_grad_(False)
             self.engine = self._make_engine(self.rollout_policy)
+        reference = self.reference.state_dict() if main and self.reference is not None else None
+        # Sharded, then rank 0's weights scattered: one starting point, whatever the init.
         shard_policy(self.model, mesh)
+        scatter_weights(self.model, self.rollout_policy.state_dict() if main else None)
         if self.reference is not None:
             shard_policy(self.reference, mesh)
+            scatter_weights(self.reference, reference)
         # The optimizer built over the whole parameters, rebuilt over the shards.
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
         )
         self._pending_optimizer: dict[str, Any] | None = None  # rank 0, resumed
         self._in_step = False
+
+    def _share_initial_weights(self) -> None:
+        """Done once sharded (`__init__`): a whole-weights broadcast would need them on the
+        collective's device (NCCL: the GPU), where they may not fit."""
 
     @property
     def full_policy(self) -> torch.nn.Module:

@@ -20,10 +20,18 @@ from rlvr.train.logger import read_metrics
 def _rank(rank: int, world: int, init: str, cfg, out: str) -> None:
     from rlvr.train.sharded import ShardedTrainer
 
+    class Perturbed(ShardedTrainer):
+        """Rank 1 starts from other weights (π and π_ref): rank 0's must reach its shards."""
+
+        def _share_initial_weights(self) -> None:
+            for module in (self.model, self.reference):
+                for p in [] if module is None or rank == 0 else module.parameters():
+                    p.data.add_(0.5)
+
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
-        trainer = ShardedTrainer(cfg, DataParallel(rank, world, sharded=True))
+        trainer = Perturbed(cfg, DataParallel(rank, world, sharded=True))
         metrics = trainer.train_step()
         if rank == 0:  # its unsharded copy, gathered from the shards after the update
             weights = [p.detach().clone() for p in trainer.full_policy.parameters()]
@@ -33,7 +41,8 @@ def _rank(rank: int, world: int, init: str, cfg, out: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "recipe", [{"recipe": "grpo", "aggregation": "prompt_mean"}, {"recipe": "ppo"}]
+    "recipe",
+    [{"recipe": "grpo", "aggregation": "prompt_mean", "kl_coef": 0.1}, {"recipe": "ppo"}],
 )
 def test_two_rank_sharded_step_equals_one_process(small_config, tmp_path, recipe):
     """5 prompt groups dealt 3 + 2, micro-batches of 4 rows: rank 0 runs 3 passes, rank 1
