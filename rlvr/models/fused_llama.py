@@ -49,7 +49,18 @@ def supports(model: torch.nn.Module) -> bool:
         and not dropout
         and not any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
         and all(_plain_projections(layer) for layer in base.layers)
+        # FSDP gathers a layer's weights in that layer's forward, which this path bypasses.
+        and not _fsdp_sharded(model)
     )
+
+
+def _fsdp_sharded(model: torch.nn.Module) -> bool:
+    """Whether any part of `model` is sharded by FSDP2 (`fully_shard`)."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.fsdp import FSDPModule
+
+    return any(isinstance(m, FSDPModule) for m in model.modules())
 
 
 _PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")

@@ -13,6 +13,8 @@ import torch.nn.functional as F
 
 from rlvr.models.fused_llama import shared_prefix_hidden, supports
 
+SHARDED_LOGITS = "rlvr_sharded_logits"  # the attribute an FSDP-sharded policy carries
+
 
 def pack_prompt_response(
     prompt_ids: list[list[int]],
@@ -122,14 +124,14 @@ def response_logprobs(
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     device = next(model.parameters()).device
-    # Llama-family models run each group's shared prompt once (same values and gradient).
-    if supports(model):
-        hidden = shared_prefix_hidden(model, prompt_ids, response_ids, response_mask, pad_id)
+    # FSDP gathers the root module's weights only inside a registered forward method: a
+    # sharded policy carries this function as one (rlvr/train/fsdp.py).
+    logits_of = getattr(model, SHARDED_LOGITS, None)
+    if logits_of is None:
+        logits = response_logits(model, prompt_ids, response_ids, response_mask, pad_id, fp32_head)
     else:
-        hidden = response_hidden_states(
-            model.base_model, prompt_ids, response_ids, response_mask, pad_id
-        )
-    logits = lm_head_logits(model, hidden, fp32_head) / temperature  # (B, T, V) float32
+        logits = logits_of(prompt_ids, response_ids, response_mask, pad_id, fp32_head)
+    logits = logits / temperature  # (B, T, V) float32
     valid = response_mask.to(device) > 0
     token_logprobs = gathered_logprobs(logits, response_ids.to(device).long())
     # where, not multiply: a -inf log-prob at a padded position would turn into NaN.
@@ -140,6 +142,25 @@ def response_logprobs(
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         entropy = chunked_entropy(logits)
     return token_logprobs, torch.where(valid, entropy, torch.zeros_like(entropy))
+
+
+def response_logits(
+    model: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    pad_id: int,
+    fp32_head: bool = True,
+) -> torch.Tensor:
+    """Logits (B, T, V) in float32 from which each response token is predicted."""
+    # Llama-family models run each group's shared prompt once (same values and gradient).
+    if supports(model):
+        hidden = shared_prefix_hidden(model, prompt_ids, response_ids, response_mask, pad_id)
+    else:
+        hidden = response_hidden_states(
+            model.base_model, prompt_ids, response_ids, response_mask, pad_id
+        )
+    return lm_head_logits(model, hidden, fp32_head)
 
 
 # Rows of logits per chunk: about 16 M float32 values (64 MiB) of log-softmax at a time.

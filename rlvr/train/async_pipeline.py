@@ -31,7 +31,7 @@ import torch
 
 from rlvr.train.collect import Collected, collect_rollouts
 from rlvr.train.config import TrainConfig
-from rlvr.train.distributed import DataParallel, DataParallelTrainer
+from rlvr.train.distributed import DataParallel, data_parallel_trainer
 from rlvr.train.loop import Trainer
 from rlvr.train.rollout_record import Rollout
 
@@ -256,7 +256,8 @@ def _mismatch(trainer: Trainer, rollout: Rollout) -> dict[str, float]:
 
 def make_trainer(cfg: TrainConfig) -> Trainer:
     """`AsyncTrainer` when `rollout_actors ≥ 1`; under torchrun (WORLD_SIZE > 1) a
-    `DataParallelTrainer`; else the in-process `Trainer`."""
+    `DataParallelTrainer` (`ShardedTrainer` with parallel: fsdp); else the in-process
+    `Trainer`."""
     data_parallel = DataParallel.from_env()
     if data_parallel is not None:
         if cfg.rollout_actors:
@@ -264,7 +265,13 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
                 f"rollout_actors={cfg.rollout_actors} under torchrun: the asynchronous "
                 f"pipeline and data parallelism do not combine yet; use one of them"
             )
-        return DataParallelTrainer(cfg, data_parallel)
+        return data_parallel_trainer(cfg, data_parallel)
+    if cfg.parallel == "fsdp":
+        raise ValueError(
+            "parallel='fsdp' shards the policy over torchrun ranks, but this is one process "
+            "(WORLD_SIZE unset or 1): launch with torchrun --nproc_per_node=N (N ≥ 2), or "
+            "remove parallel (default 'ddp')"
+        )
     if cfg.rollout_actors:
         return AsyncTrainer(cfg)
     if cfg.max_lag:

@@ -109,6 +109,11 @@ class TrainConfig:
     max_lag: int = _doc(
         "async: policy versions a rollout may lag the learner; older ones are dropped", 0
     )
+    parallel: str = _doc(
+        "data parallelism under torchrun: 'ddp' (every rank holds the whole model) or 'fsdp' "
+        "(FSDP2: weights, gradients and optimizer states sharded over the ranks)",
+        "ddp",
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -160,6 +165,7 @@ class TrainConfig:
         if self.think_budget is not None and self.think_budget < 1:
             raise ValueError(f"think_budget must be ≥ 1 or null, got {self.think_budget!r}")
         self._check_run_safety()
+        _check_parallel(self)
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe={self.recipe!r} is unknown; valid: {', '.join(RECIPES)}")
         recipe = self.build_recipe()  # validates the overrides
@@ -192,6 +198,30 @@ class TrainConfig:
         recipe.pop("name")
         recipe.pop("source")
         return {**data, **recipe}
+
+
+PARALLEL_MODES = ("ddp", "fsdp")
+
+
+def _check_parallel(cfg: TrainConfig) -> None:
+    """`parallel` names a mode, and FSDP is not combined with what it does not support."""
+    if cfg.parallel not in PARALLEL_MODES:
+        raise ValueError(
+            f"parallel must be one of {', '.join(PARALLEL_MODES)}, got {cfg.parallel!r}"
+        )
+    if cfg.parallel != "fsdp":
+        return
+    unsupported = {
+        "rollout_engine": cfg.rollout_engine != "hf",
+        "policy.lora": bool(cfg.policy.get("lora")),
+        "rollout_actors": cfg.rollout_actors > 0,
+    }
+    for name, used in unsupported.items():
+        if used:
+            raise ValueError(
+                f"parallel='fsdp' does not support {name} yet (docs/distributed.md); "
+                f"remove {name} or use parallel='ddp'"
+            )
 
 
 def _check_warm_start_fields(cfg: TrainConfig) -> None:

@@ -19,10 +19,12 @@ REPLICATED = ("train/grad_norm",)  # the norm of the summed gradient, alike on e
 
 @dataclass(frozen=True)
 class DataParallel:
-    """This process's place in the data-parallel group."""
+    """This process's place in the data-parallel group. `sharded`: the policy is sharded
+    with FSDP2 (rlvr/train/fsdp.py), which sums the gradients itself in every backward."""
 
     rank: int
     world_size: int
+    sharded: bool = False
 
     @staticmethod
     def from_env() -> DataParallel | None:
@@ -46,8 +48,24 @@ class DataParallel:
         mine = groups[self.rank :: self.world_size]
         return rows & torch.isin(group_ids, mine)
 
+    def idle_micro_batches(self, group_ids: torch.Tensor, rows: torch.Tensor, size: int) -> int:
+        """Forward/backward passes this rank must add, computing nothing, so that every rank
+        runs as many as the busiest one: under FSDP each pass is a collective (weights
+        gathered, gradients reduce-scattered). `rows` (N,) bool: the step's computed rows,
+        which every rank knows, so each rank's share is counted without communication."""
+        if not self.sharded:
+            return 0
+        counts = [
+            -(-int(DataParallel(r, self.world_size).shard(group_ids, rows).sum()) // size)
+            for r in range(self.world_size)
+        ]
+        return max(counts) - counts[self.rank]
+
     def all_reduce_grads(self, model: torch.nn.Module) -> None:
-        """Σ over ranks of every trainable gradient; a rank with no rows contributes zeros."""
+        """Σ over ranks of every trainable gradient; a rank with no rows contributes zeros.
+        Sharded: nothing to do, FSDP reduce-scattered them with SUM in each backward."""
+        if self.sharded:
+            return
         for p in model.parameters():
             if not p.requires_grad:
                 continue

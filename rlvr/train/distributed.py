@@ -10,12 +10,14 @@ all-reduced with SUM, since the weights already carry the global normalizers
 (L = Σ_ranks Σ_{i ∈ shard} Σ_t w_{i,t} ℓ_{i,t}). One rank is the single-process run.
 
 The rollout record (token ids, masks, rewards) is small next to the model; what is sharded
-is the compute, the forwards and backwards of the policy update.
+is the compute, the forwards and backwards of the policy update. With `parallel: fsdp` the
+weights, gradients and optimizer states are sharded too (`rlvr.train.sharded`).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 from rlvr.train.collect import Collected
@@ -24,6 +26,7 @@ from rlvr.train.data_parallel import DataParallel
 from rlvr.train.loop import Trainer, _stateful
 
 STOP = "rlvr/data-parallel/stop"
+GATHER = "rlvr/data-parallel/gather-optimizer"  # rank 0 saves: gather the sharded states
 
 
 class FollowerStop(Exception):
@@ -41,8 +44,12 @@ class DataParallelTrainer(Trainer):
     def __init__(self, cfg: TrainConfig, data_parallel: DataParallel) -> None:
         super().__init__(cfg)
         self.data_parallel = data_parallel
-        data_parallel.broadcast_weights(self.model)  # one starting point, whatever the init
+        self._share_initial_weights()
         self._state_sent = False
+
+    def _share_initial_weights(self) -> None:
+        """Rank 0's weights on every rank: one starting point, whatever each rank's init."""
+        self.data_parallel.broadcast_weights(self.model)
 
     def _collect(self) -> Collected:
         """Rank 0's rollout batch and sampling metrics on every rank (its pool and generator
@@ -52,22 +59,34 @@ class DataParallelTrainer(Trainer):
             state = None if self._state_sent else self._training_state()
             message = (super()._collect(), state)
         message = self.data_parallel.broadcast(message)
+        while message == GATHER:  # followers, while rank 0 saves a sharded run
+            self._optimizer_states()
+            message = self.data_parallel.broadcast(None)
         if message == STOP:
             raise FollowerStop
         collected, state = message
-        if state is not None and not self.data_parallel.is_main:
-            self._load_training_state(state)
+        if state is not None:
+            self._receive_training_state(state)
         self._state_sent = True
         return collected
+
+    def _receive_training_state(self, state: dict[str, Any]) -> None:
+        """Every rank, with the first batch: the followers take rank 0's state."""
+        if not self.data_parallel.is_main:
+            self._load_training_state(state)
 
     def _training_state(self) -> dict[str, Any]:
         return {
             "model": self.model.state_dict(),
             "critic": None if self.critic is None else self.critic.state_dict(),
             "optimizers": {k: v.state_dict() for k, v in _stateful(self).items()},
+            # Every rank draws the same minibatch split from its own generator; a resumed
+            # rank 0's is restored, the followers' must follow it.
+            "minibatch_rng": self.minibatch_generator.get_state(),
         }
 
     def _load_training_state(self, state: dict[str, Any]) -> None:
+        self.minibatch_generator.set_state(state["minibatch_rng"])
         self.model.load_state_dict(state["model"])
         self.engine.sync_weights()
         if self.critic is not None:
@@ -87,10 +106,19 @@ def is_follower() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) > 0
 
 
+def data_parallel_trainer(cfg: TrainConfig, data_parallel: DataParallel) -> DataParallelTrainer:
+    """This rank's trainer: `cfg.parallel` 'ddp' replicates the policy, 'fsdp' shards it."""
+    if cfg.parallel == "fsdp":
+        from rlvr.train.sharded import ShardedTrainer  # torch.distributed.fsdp only if used
+
+        return ShardedTrainer(cfg, replace(data_parallel, sharded=True))
+    return DataParallelTrainer(cfg, data_parallel)
+
+
 def follow(cfg: TrainConfig) -> dict[str, Any]:
     """A follower rank's whole run: update on rank 0's batches until rank 0 ends."""
     data_parallel = DataParallel.from_env()
-    trainer = DataParallelTrainer(cfg, data_parallel)
+    trainer = data_parallel_trainer(cfg, data_parallel)
     try:
         while True:
             trainer.train_step()

@@ -60,15 +60,7 @@ class Trainer:
         # forwards of the same weights differ, so ratios, clip fractions and KL would
         # measure dropout noise.
         dropout_off(self.model)
-        self.engine = make_engine(cfg, self.model, self.tokenizer, self.recipe.fp32_head)
-        if cfg.think_budget is not None:
-            self.engine = ForcedInterruption(
-                self.engine,
-                self.tokenizer,
-                cfg.think_budget,
-                cfg.interrupt_phrase,
-                cfg.max_new_tokens,
-            )
+        self.engine = self._make_engine(self.model)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
         )
@@ -101,6 +93,22 @@ class Trainer:
         )
         self.step = 0
         self._check_overlong_budget()
+
+    def _make_engine(self, model: torch.nn.Module) -> Any:
+        """The rollout engine sampling from `model` (wrapped for forced interruption)."""
+        cfg = self.cfg
+        engine = make_engine(cfg, model, self.tokenizer, self.recipe.fp32_head)
+        if cfg.think_budget is not None:
+            engine = ForcedInterruption(
+                engine, self.tokenizer, cfg.think_budget, cfg.interrupt_phrase, cfg.max_new_tokens
+            )
+        return engine
+
+    @property
+    def full_policy(self) -> torch.nn.Module:
+        """The policy as one module with all its weights: what checkpoints save and load
+        and the finiteness checks read (under FSDP, rank 0's unsharded copy)."""
+        return self.model
 
     def _check_overlong_budget(self) -> None:
         """Warn when DAPO's soft punishment would already hit the task's reference answers."""
@@ -310,7 +318,7 @@ class Trainer:
         `rng_state`, so ones added later are saved too."""
         return {
             "step": self.step,
-            "optimizers": {k: v.state_dict() for k, v in _stateful(self).items()},
+            "optimizers": self._optimizer_states(),
             "pool": self.pool.state_dict(),
             "rng": rng_state(self),
             "last_eval_items": getattr(self, "last_eval_items", None),
@@ -320,16 +328,23 @@ class Trainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()` (weights are loaded separately, before this)."""
         self.step = int(state["step"])
-        stateful = _stateful(self)
-        missing = sorted(set(stateful) ^ set(state["optimizers"]))
-        if missing:
-            raise ValueError(f"checkpoint optimizer/scheduler states do not match: {missing}")
-        for key, value in state["optimizers"].items():
-            stateful[key].load_state_dict(value)
+        self._load_optimizer_states(state["optimizers"])
         self.pool.load_state_dict(state["pool"])
         load_rng_state(self, state["rng"])
         if state.get("last_eval_items") is not None:
             self.last_eval_items = state["last_eval_items"]
+
+    def _optimizer_states(self) -> dict[str, Any]:
+        """The state dicts of the optimizers and LR schedulers, by attribute name."""
+        return {k: v.state_dict() for k, v in _stateful(self).items()}
+
+    def _load_optimizer_states(self, states: dict[str, Any]) -> None:
+        stateful = _stateful(self)
+        missing = sorted(set(stateful) ^ set(states))
+        if missing:
+            raise ValueError(f"checkpoint optimizer/scheduler states do not match: {missing}")
+        for key, value in states.items():
+            stateful[key].load_state_dict(value)
 
 
 def _stateful(trainer: Trainer) -> dict[str, Any]:

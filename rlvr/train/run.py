@@ -52,6 +52,7 @@ RESUMABLE_CHANGES = {
     "save_every_minutes",
     "keep_checkpoints",
     "max_nonfinite_steps",
+    "parallel",  # how the ranks share the work, not what they compute
 }
 
 
@@ -149,7 +150,7 @@ def resume_config(out: str, sets: list[str] | None = None, **explicit: Any) -> T
 def _restore(trainer: Trainer, checkpoint: Path) -> dict[str, Any]:
     """Load the checkpoint's weights and state into `trainer`; returns the run state."""
     state = load_trainer_state(checkpoint)
-    load_weights(trainer.model, checkpoint / "policy")
+    load_weights(trainer.full_policy, checkpoint / "policy")
     if trainer.critic is not None:
         trainer.critic.load_state_dict(torch.load(checkpoint / "critic.pt", weights_only=True))
     trainer.load_state_dict(state)
@@ -280,12 +281,12 @@ class _Run:
             return fn()
         except RuntimeError as err:
             text = str(err).lower()
-            if ("inf" in text and "nan" in text) or not _finite(self.trainer.model):
+            if ("inf" in text and "nan" in text) or not _finite(self.trainer.full_policy):
                 raise _Diverged(step, f"sampling failed: {str(err).splitlines()[0]}") from None
             raise
 
     def _check_finite(self, step: int, metrics: dict[str, float]) -> None:
-        if not _finite(self.trainer.model):
+        if not _finite(self.trainer.full_policy):
             raise _Diverged(step, "the policy weights are no longer finite")
         losses = [v for k, v in metrics.items() if k.startswith("loss/")]
         bad = metrics.get("train/nonfinite_skipped", 0.0) > 0 or not all(
@@ -322,14 +323,16 @@ class _Run:
         t = self.trainer
         keep = self.cfg.keep_checkpoints
         self.logger.sync()  # the lines the checkpoint counts are on disk before it is
-        save_rotating(self.out, t.model, t.tokenizer, self._state(), critic=t.critic, keep=keep)
+        save_rotating(
+            self.out, t.full_policy, t.tokenizer, self._state(), critic=t.critic, keep=keep
+        )
         self.saved_step = t.step
         self.last_save = time.perf_counter()
 
     def _save_crash(self) -> None:
         t = self.trainer
         try:
-            save_crash(self.out, t.model, t.tokenizer, self._state(), critic=t.critic)
+            save_crash(self.out, t.full_policy, t.tokenizer, self._state(), critic=t.critic)
         except Exception as err:  # the original error matters more
             print(f"rlvr: warning: could not write {CRASH}/: {err}", file=sys.stderr)
 

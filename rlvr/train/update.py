@@ -111,6 +111,10 @@ def policy_update(
                 )
             computed_rows += len(active)
             if data_parallel is not None:
+                computed = rows & ~skip
+                size = settings.micro_batch_size
+                for _ in range(data_parallel.idle_micro_batches(rollout.group_ids, computed, size)):
+                    _idle_micro_step(model, rollout, int(rows.nonzero()[0]), settings)
                 data_parallel.all_reduce_grads(model)
             norm, stepped = _clip_and_step(model, optimizer, settings.max_grad_norm)
             stats.add("train/grad_norm", norm)
@@ -170,6 +174,21 @@ def _micro_step(model, recipe, rollout, prepared, weights, nll_weights, micro, s
     if entropy is not None:
         stats.add_ratio("policy/entropy", (entropy.detach() * mask).sum(), mask.sum())
     return stats
+
+
+def _idle_micro_step(model, rollout, row: int, settings) -> None:
+    """A forward/backward that adds exactly zero to every gradient (its loss is 0·Σ log π
+    of one row): a sharded rank with fewer rows than another still takes part in every
+    collective of the step (rlvr/train/fsdp.py)."""
+    logprobs = response_logprobs(
+        model,
+        [rollout.prompt_ids[row]],
+        rollout.response_ids[row : row + 1],
+        rollout.response_mask[row : row + 1],
+        settings.pad_id,
+        settings.temperature,
+    )
+    (logprobs.sum() * 0.0).backward()
 
 
 def _clip_and_step(model, optimizer, max_grad_norm: float) -> tuple[float, bool]:

@@ -54,12 +54,15 @@ def _rollout() -> Rollout:
     )
 
 
-def _update(case, data_parallel):
-    """One rollout batch's update; returns (gradients, weights) after it."""
+def _update(case, data_parallel, shard=None):
+    """One rollout batch's update; returns (gradients, weights) after it. `shard(model)`:
+    shard the model before the optimizer is built (tests/dist/test_fsdp.py)."""
     name, overrides, minibatches = case
     recipe = get_recipe(name, **overrides)
     config = tiny_qwen2_config(20, hidden=16, layers=1, heads=2, kv_heads=2, intermediate=32)
     model = build_tiny_policy(config, seed=3)
+    if shard is not None:
+        shard(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     rollout = _rollout()
     prepared = prepare_batch(

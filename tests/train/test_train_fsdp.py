@@ -1,0 +1,147 @@
+"""FSDP2 end to end (`parallel: fsdp`): a `ShardedTrainer` step and an `rlvr train`-style
+run on two gloo ranks equal the single-process ones, checkpoints included (resumed too)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+from test_train_data_parallel import _spawn
+
+from rlvr.train import Trainer, run_training
+from rlvr.train.checkpoint import load_trainer_state
+from rlvr.train.data_parallel import DataParallel
+from rlvr.train.logger import read_metrics
+
+
+def _rank(rank: int, world: int, init: str, cfg, out: str) -> None:
+    from rlvr.train.sharded import ShardedTrainer
+
+    class Perturbed(ShardedTrainer):
+        """Rank 1 starts from other weights (π and π_ref): rank 0's must reach its shards."""
+
+        def _share_initial_weights(self) -> None:
+            for module in (self.model, self.reference):
+                for p in [] if module is None or rank == 0 else module.parameters():
+                    p.data.add_(0.5)
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        trainer = Perturbed(cfg, DataParallel(rank, world, sharded=True))
+        metrics = trainer.train_step()
+        if rank == 0:  # its unsharded copy, gathered from the shards after the update
+            weights = [p.detach().clone() for p in trainer.full_policy.parameters()]
+            torch.save((metrics, weights), out)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [{"recipe": "grpo", "aggregation": "prompt_mean", "kl_coef": 0.1}, {"recipe": "ppo"}],
+)
+def test_two_rank_sharded_step_equals_one_process(small_config, tmp_path, recipe):
+    """5 prompt groups dealt 3 + 2, micro-batches of 4 rows: rank 0 runs 3 passes, rank 1
+    two and an idle one. PPO: the critic is replicated, its update computed on every rank."""
+    cfg = small_config(**recipe, prompts_per_step=5, lr=1e-3, micro_batch_size=4, parallel="fsdp")
+    out = str(tmp_path / "rank0.pt")
+    _spawn(_rank, (2, f"file://{tmp_path / 'init'}", cfg, out))
+    trainer = Trainer(small_config(**{**cfg.to_dict(), "parallel": "ddp"}))
+    expected = trainer.train_step()
+    metrics, weights = torch.load(out, weights_only=False)
+    for a, b in zip(weights, trainer.model.parameters(), strict=True):
+        # AdamW's first step is lr·g/(|g| + ε): where |g| is near ε = 1e-8, float noise in g
+        # (the sharded forward is the unfused one) moves a weight by a fraction of lr = 1e-3.
+        torch.testing.assert_close(a, b.detach(), rtol=1e-4, atol=5e-5)
+    for key, value in expected.items():
+        if not key.startswith("time/"):
+            assert metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+def _run_rank(rank: int, world: int, port: int, cfg, mode: str) -> None:
+    import os
+
+    torch.set_num_threads(1)
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+    try:
+        run_training(cfg, mode)
+    finally:
+        dist.destroy_process_group()
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _same_metrics(a_path, b_path, steps):
+    a, b = read_metrics(a_path / "metrics.jsonl"), read_metrics(b_path / "metrics.jsonl")
+    assert [r["step"] for r in a] == [r["step"] for r in b] == steps
+    for x, y in zip(a, b, strict=True):
+        for key, value in y.items():
+            if not key.startswith("time/"):
+                assert x[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.parametrize("parallel", ["fsdp", "ddp"])
+def test_two_rank_run_writes_and_resumes_the_single_process_run(small_config, tmp_path, parallel):
+    """GRPO with a KL term (π_ref sharded too), two shuffled minibatches (π_old forwards),
+    2 ranks: the metrics and the checkpoint (weights, AdamW moments) are those of one
+    process; a `--resume` to step 3 continues as the uninterrupted single-process run does
+    (the followers take rank 0's restored minibatch generator)."""
+    cfg = dict(
+        eval_every=2, eval_size=8, prompts_per_step=5, lr=1e-3, kl_coef=0.1, num_minibatches=2
+    )
+    sharded = small_config(**cfg, steps=2, parallel=parallel, out=str(tmp_path / "fsdp"))
+    _spawn(_run_rank, (2, _port(), sharded, "new"))
+    run_training(small_config(**cfg, steps=2, out=str(tmp_path / "one")))
+    _same_metrics(tmp_path / "fsdp", tmp_path / "one", [0, 1, 2])
+    mine = load_trainer_state(tmp_path / "fsdp" / "checkpoint")["optimizers"]["optimizer"]
+    ref = load_trainer_state(tmp_path / "one" / "checkpoint")["optimizers"]["optimizer"]
+    assert mine["param_groups"] == ref["param_groups"]
+    assert sorted(mine["state"]) == sorted(ref["state"])
+    for i, moments in ref["state"].items():
+        for name, value in moments.items():
+            torch.testing.assert_close(mine["state"][i][name], value, rtol=1e-3, atol=1e-7)
+
+    shutil.copytree(tmp_path / "fsdp", tmp_path / "alone")
+    _spawn(_run_rank, (2, _port(), small_config(**{**sharded.to_dict(), "steps": 3}), "resume"))
+    run_training(small_config(**cfg, steps=3, out=str(tmp_path / "one3")))
+    _same_metrics(tmp_path / "fsdp", tmp_path / "one3", [0, 1, 2, 3])
+    # The checkpoint is the single-process one: one process resumes it as well.
+    alone = {**sharded.to_dict(), "steps": 3, "parallel": "ddp", "out": str(tmp_path / "alone")}
+    run_training(small_config(**alone), "resume")
+    _same_metrics(tmp_path / "alone", tmp_path / "one3", [0, 1, 2, 3])
+
+
+def test_fsdp_needs_torchrun(small_config):
+    from rlvr.train.async_pipeline import make_trainer
+
+    with pytest.raises(ValueError, match="parallel='fsdp' shards the policy over torchrun"):
+        make_trainer(small_config(parallel="fsdp"))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"parallel": "zero3"}, "parallel must be one of ddp, fsdp, got 'zero3'"),
+        (
+            {"parallel": "fsdp", "rollout_actors": 2},
+            "parallel='fsdp' does not support rollout_actors",
+        ),
+        (
+            {"parallel": "fsdp", "policy": {"lora": {"rank": 4}}},
+            "parallel='fsdp' does not support policy.lora",
+        ),
+    ],
+)
+def test_parallel_is_checked(small_config, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        small_config(**overrides)
