@@ -31,8 +31,9 @@ import torch
 
 from rlvr.train.collect import Collected, collect_rollouts
 from rlvr.train.config import TrainConfig
-from rlvr.train.distributed import DataParallel, data_parallel_trainer
+from rlvr.train.data_parallel import DataParallel
 from rlvr.train.loop import Trainer
+from rlvr.train.ranks import data_parallel_trainer
 from rlvr.train.rollout_record import Rollout
 
 ROUND_SEED_OFFSET = 4_000_037

@@ -16,8 +16,6 @@ weights, gradients and optimizer states are sharded too (`rlvr.train.sharded`).
 
 from __future__ import annotations
 
-import os
-from dataclasses import replace
 from typing import Any
 
 from rlvr.train.collect import Collected
@@ -99,30 +97,3 @@ class DataParallelTrainer(Trainer):
         if self.data_parallel.is_main:
             self.data_parallel.broadcast(STOP)
         super().close()
-
-
-def is_follower() -> bool:
-    """A torchrun rank other than 0."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) > 0
-
-
-def data_parallel_trainer(cfg: TrainConfig, data_parallel: DataParallel) -> DataParallelTrainer:
-    """This rank's trainer: `cfg.parallel` 'ddp' replicates the policy, 'fsdp' shards it."""
-    if cfg.parallel == "fsdp":
-        from rlvr.train.sharded import ShardedTrainer  # torch.distributed.fsdp only if used
-
-        return ShardedTrainer(cfg, replace(data_parallel, sharded=True))
-    return DataParallelTrainer(cfg, data_parallel)
-
-
-def follow(cfg: TrainConfig) -> dict[str, Any]:
-    """A follower rank's whole run: update on rank 0's batches until rank 0 ends."""
-    data_parallel = DataParallel.from_env()
-    trainer = data_parallel_trainer(cfg, data_parallel)
-    try:
-        while True:
-            trainer.train_step()
-            trainer.step += 1
-    except FollowerStop:
-        pass
-    return {"status": "follower", "rank": data_parallel.rank, "steps": trainer.step}

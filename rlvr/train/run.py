@@ -34,11 +34,11 @@ from rlvr.train.checkpoint import (
     set_aside_unusable,
 )
 from rlvr.train.config import TrainConfig, load_yaml, resolve_config
-from rlvr.train.distributed import follow, is_follower
 from rlvr.train.logger import MetricsLogger
 from rlvr.train.loop import Trainer
 from rlvr.train.plots import plot_run
 from rlvr.train.progress import progress_bar
+from rlvr.train.ranks import follow, is_follower
 from rlvr.train.run_dir import check_out_dir, clear_run
 from rlvr.train.stop import RunDiverged, RunInterrupted, StopRequest
 
