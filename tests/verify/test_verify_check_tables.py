@@ -240,7 +240,8 @@ DAPO_MATH = [
     (f"{B}{{3}} then\nAnswer: 7", "7", True, True),  # the Answer line comes first
     ("the Answer: 7 is inline", "7", False, False),  # not a line of its own
     ("Answer:", "7", False, False),
-    ("Work.\nAnswer: banana", "7", False, False),
+    ("Work.\nAnswer: banana", "7", False, True),  # an answer, parsed as text, wrong
+    ("Work.\nAnswer: 8", "7", False, True),
     (LONG + "\nAnswer: 7", "7", True, True),
 ]
 
