@@ -95,18 +95,18 @@ def _rank(rank: int, world: int, init: str, out: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def two_rank_results(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("dp")
+def spawn_two_ranks(rank_fn, tmp) -> list:
+    """Run `rank_fn(rank, 2, init, out)` on 2 gloo processes; what rank 0 saved to `out`."""
     out = str(tmp / "results.pt")
-    mp.spawn(_rank, args=(2, f"file://{tmp / 'init'}", out), nprocs=2, join=True)
+    mp.spawn(rank_fn, args=(2, f"file://{tmp / 'init'}", out), nprocs=2, join=True)
     return torch.load(out, weights_only=False)
 
 
-@pytest.mark.parametrize("index", range(len(CASES)), ids=[str(c) for c in CASES])
-def test_two_ranks_equal_one_process(two_rank_results, index):
-    grads, weights, metrics = two_rank_results[index]
-    ref_grads, ref_weights, ref_metrics = _update(CASES[index], None)
+def assert_equals_one_process(result, case) -> None:
+    """Gradients, updated weights and loss metrics of a multi-rank update equal one
+    process's update on the whole batch of `case`."""
+    grads, weights, metrics = result
+    ref_grads, ref_weights, ref_metrics = _update(case, None)
     assert any(g.abs().sum() > 0 for g in ref_grads)  # the check compares something
     for a, b in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
@@ -115,6 +115,16 @@ def test_two_ranks_equal_one_process(two_rank_results, index):
     for key in ("loss/policy", "train/grad_norm", "clip/ratio_mean"):
         if key in ref_metrics:
             assert metrics[key] == pytest.approx(ref_metrics[key], rel=1e-5, abs=1e-7)
+
+
+@pytest.fixture(scope="module")
+def two_rank_results(tmp_path_factory):
+    return spawn_two_ranks(_rank, tmp_path_factory.mktemp("dp"))
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[str(c) for c in CASES])
+def test_two_ranks_equal_one_process(two_rank_results, index):
+    assert_equals_one_process(two_rank_results[index], CASES[index])
 
 
 def test_shards_are_whole_groups_dealt_round_robin():

@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from test_data_parallel import CASES, _update
+from test_data_parallel import CASES, _update, assert_equals_one_process, spawn_two_ranks
 
 from rlvr.models.fused_llama import supports
 from rlvr.train.data_parallel import DataParallel
@@ -46,24 +45,12 @@ def _rank(rank: int, world: int, init: str, out: str) -> None:
 
 @pytest.fixture(scope="module")
 def two_rank_results(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("fsdp")
-    out = str(tmp / "results.pt")
-    mp.spawn(_rank, args=(2, f"file://{tmp / 'init'}", out), nprocs=2, join=True)
-    return torch.load(out, weights_only=False)
+    return spawn_two_ranks(_rank, tmp_path_factory.mktemp("fsdp"))
 
 
 @pytest.mark.parametrize("index", range(len(FSDP_CASES)), ids=[str(c) for c in FSDP_CASES])
 def test_two_sharded_ranks_equal_one_process(two_rank_results, index):
-    grads, weights, metrics = two_rank_results[index]
-    ref_grads, ref_weights, ref_metrics = _update(FSDP_CASES[index], None)
-    assert any(g.abs().sum() > 0 for g in ref_grads)  # the check compares something
-    for a, b in zip(grads, ref_grads, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
-    for a, b in zip(weights, ref_weights, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
-    for key in ("loss/policy", "train/grad_norm", "clip/ratio_mean"):
-        if key in ref_metrics:
-            assert metrics[key] == pytest.approx(ref_metrics[key], rel=1e-5, abs=1e-7)
+    assert_equals_one_process(two_rank_results[index], FSDP_CASES[index])
 
 
 def test_idle_micro_batches_even_out_the_ranks():
