@@ -7,6 +7,7 @@ rebuilt at any time from finished cells (`rlvr compare --report-only`).
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -203,10 +204,13 @@ def _invocations_line(out: Path) -> str:
     seconds = sum(r["seconds"] for r in runs)
     ran = sum(len(r["ran"]) for r in runs)
     jobs = sorted({r["jobs"] for r in runs})
-    return (
+    lines = [
         f"- **Matrix wall time**: {seconds:,.0f} s over {len(runs)} invocation(s) of "
         f"`rlvr compare` (jobs = {', '.join(map(str, jobs))}), {ran} cells run."
-    )
+    ]
+    commands = dict.fromkeys(shlex.join(["rlvr", *r["argv"]]) for r in runs if r["ran"])
+    lines += [f"- **Command** (ran cells): `{command}`" for command in commands]
+    return "\n".join(lines)
 
 
 PLOT_TITLES = {

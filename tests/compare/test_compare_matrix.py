@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import json
+import shlex
 from dataclasses import fields
 
 import pytest
@@ -30,6 +32,8 @@ def test_report_has_every_part(finished_matrix):
                  "Only the compared choice differs", "equal optimizer steps: 2",
                  "Matrix wall time", "over 1 invocation"):  # fmt: skip
         assert part in text
+    invocation = json.loads((finished_matrix / "invocations.jsonl").read_text().splitlines()[0])
+    assert f"- **Command** (ran cells): `{shlex.join(['rlvr', *invocation['argv']])}`" in text
     # dr_grpo's differences from grpo are recipe fields, listed explicitly
     assert "**dr_grpo**: " in text and "`recipe`: 'grpo' → 'dr_grpo'" in text
     assert sorted(p.name for p in report.plots) == sorted(
