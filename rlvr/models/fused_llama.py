@@ -241,7 +241,10 @@ def shared_prefix_hidden(
     fused.begin(width + needed, device)
     cache = fused.new_cache(len(prompts), width + needed - 1, device)
     last, next_pos = fused.prefill(input_ids, attention_mask, cache)
-    hidden = [last[row_prompt][:, None]]  # predicts response token 0
+    # index_select, not `x[row_prompt]`: the latter's backward (index_put_ with accumulate)
+    # adds the rows of a group with atomic adds on CPU, in an order that changes from run
+    # to run with two or more threads; index_add_ adds them in row order (deterministic).
+    hidden = [last.index_select(0, row_prompt)[:, None]]  # predicts response token 0
     if needed > 1:
         inputs = response_ids[:, : needed - 1].to(device).long()  # token t predicts t+1
         keys_present = present[:, : needed - 1]
@@ -254,7 +257,7 @@ def shared_prefix_hidden(
             ],
             -1,
         )[:, None]  # (B, 1, S, L + S)
-        cache = [(k[row_prompt], v[row_prompt]) for k, v in cache]
+        cache = [(k.index_select(0, row_prompt), v.index_select(0, row_prompt)) for k, v in cache]
         hidden.append(fused.forward(inputs, pos, width, allowed, cache))
     hidden = torch.cat(hidden, 1)  # (B, needed, H)
     return F.pad(hidden, (0, 0, 0, steps - needed))

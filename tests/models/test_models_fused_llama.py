@@ -4,6 +4,7 @@ groups sharing prompts, prompts of different lengths and ragged responses."""
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from rlvr.models import build_tiny_policy, response_logprobs, tiny_qwen2_config
@@ -109,3 +110,38 @@ def test_lora_policies_take_the_models_own_forward():
     assert supports(model)
     lora = get_peft_model(model, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
     assert not supports(lora)
+
+
+class _AtenOps(TorchDispatchMode):
+    """Every aten op run inside the block (backward included), with its arguments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls.append((str(func), args, kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+
+def _accumulating_index_puts(calls) -> list[str]:
+    """index_put_ calls with accumulate=True (argument 3 or the keyword)."""
+    return [
+        name
+        for name, args, kwargs in calls
+        if "index_put" in name and kwargs.get("accumulate", len(args) > 3 and args[3])
+    ]
+
+
+def test_shared_prefix_gradient_adds_a_groups_rows_in_a_fixed_order():
+    # `x[rows]`'s backward is index_put_(accumulate=True): on CPU it adds the rows of a
+    # group with atomic adds, in an order that changes from run to run with two or more
+    # threads (the demo's training metrics drifted apart from step 2 on). index_select's
+    # backward (index_add_) adds them in row order: the same bits every run.
+    model = qwen2()
+    prompts, ids, mask = batch()  # two groups of three rows share their prompt
+    logprobs = response_logprobs(model, prompts, ids, mask, PAD)
+    with _AtenOps() as ops:
+        (logprobs * mask).sum().backward()
+    assert any("index_add" in name for name, _, _ in ops.calls)  # the rows are summed
+    assert _accumulating_index_puts(ops.calls) == []
