@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# One torch thread: two threads make runs differ in float rounding (docs in README).
+# One torch thread: the same figure on any core count (README, "What make demo does").
 demo: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/rlvr train --config configs/demo.yaml --out runs/demo --overwrite
 
