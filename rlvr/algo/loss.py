@@ -32,15 +32,9 @@ def policy_loss(
     by `step_weights`); no term can change the aggregation. Every term it calls is a pure
     function of tensors and scalars.
     """
-    ratio_choice = RATIOS.get(recipe.ratio)
-    ratio = ratio_choice.fn(logprobs, old_logprobs, response_mask)
-    out = SURROGATES.get(recipe.surrogate).fn(ratio, advantages, logprobs, recipe.params)
-    per_token = out.loss
-    if recipe.tis_cap is not None and sampler_logprobs is not None:
-        tis = (sequence_tis_weight if ratio_choice.sequence_level else token_tis_weight)(
-            old_logprobs, sampler_logprobs, response_mask, recipe.tis_cap
-        )
-        per_token = per_token * tis
+    ratio, out, per_token = _policy_terms(
+        recipe, logprobs, old_logprobs, advantages, response_mask, sampler_logprobs
+    )
     stats = StepStats()
     loss = aggregate(per_token, loss_weights)
     stats.add("loss/policy", loss.detach())
@@ -85,18 +79,28 @@ def gradient_tokens(
     """
     leaf = logprobs.detach().requires_grad_(True)
     with torch.enable_grad():
-        ratio_choice = RATIOS.get(recipe.ratio)
-        ratio = ratio_choice.fn(leaf, old_logprobs, response_mask)
-        per_token = SURROGATES.get(recipe.surrogate).fn(ratio, advantages, leaf, recipe.params).loss
-        if recipe.tis_cap is not None and sampler_logprobs is not None:
-            tis = (sequence_tis_weight if ratio_choice.sequence_level else token_tis_weight)(
-                old_logprobs, sampler_logprobs, response_mask, recipe.tis_cap
-            )
-            per_token = per_token * tis
+        _, _, per_token = _policy_terms(
+            recipe, leaf, old_logprobs, advantages, response_mask, sampler_logprobs
+        )
         (grad,) = torch.autograd.grad(aggregate(per_token, loss_weights), leaf, allow_unused=True)
     if grad is None:
         return torch.zeros_like(response_mask, dtype=torch.bool)
     return (grad != 0) & (response_mask > 0)
+
+
+def _policy_terms(recipe, logprobs, old_logprobs, advantages, response_mask, sampler_logprobs):
+    """The recipe's ratio ρ, its surrogate's output and the per-token policy loss
+    ℓ(ρ, Â)·TIS (TIS only with a cap and sampler log-probs)."""
+    ratio_choice = RATIOS.get(recipe.ratio)
+    ratio = ratio_choice.fn(logprobs, old_logprobs, response_mask)
+    out = SURROGATES.get(recipe.surrogate).fn(ratio, advantages, logprobs, recipe.params)
+    per_token = out.loss
+    if recipe.tis_cap is not None and sampler_logprobs is not None:
+        tis = (sequence_tis_weight if ratio_choice.sequence_level else token_tis_weight)(
+            old_logprobs, sampler_logprobs, response_mask, recipe.tis_cap
+        )
+        per_token = per_token * tis
+    return ratio, out, per_token
 
 
 def _clip_stats(stats: StepStats, ratio, advantages, mask, out, recipe: Recipe) -> None:
