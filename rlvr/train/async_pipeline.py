@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from rlvr.train.collect import Collected, collect_rollouts
+from rlvr.train.collect import Collected
 from rlvr.train.config import TrainConfig
 from rlvr.train.data_parallel import DataParallel
 from rlvr.train.loop import Trainer
@@ -191,18 +192,12 @@ class AsyncTrainer(Trainer):
         super().__init__(cfg)
         self.pipeline = RolloutPipeline(self, cfg.rollout_actors, cfg.max_lag)
 
+    def _rounds(self) -> Callable[[int], Rollout]:
+        return self.pipeline.next_round
+
     def _collect(self) -> Collected:
         started = time.perf_counter()
-        collected = collect_rollouts(
-            self.engine,
-            self.task,
-            self.pool,
-            self.recipe,
-            self.params,
-            self.cfg.prompts_per_step,
-            self.generator,
-            sample=self.pipeline.next_round,
-        )
+        collected = super()._collect()
         book = self.pipeline.take_book()
         collected.extra.update(book.metrics())
         collected.dropped_tokens += book.dropped_tokens  # generated, never trained: on the books

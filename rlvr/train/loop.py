@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -209,7 +210,7 @@ class Trainer:
         return metrics
 
     def _collect(self) -> Collected:
-        """One step's rollout batch (the asynchronous trainer takes it from rollout actors)."""
+        """One step's rollout batch, its rounds made by `_rounds()`."""
         return collect_rollouts(
             self.engine,
             self.task,
@@ -218,7 +219,13 @@ class Trainer:
             self.params,
             self.cfg.prompts_per_step,
             self.generator,
+            sample=self._rounds(),
         )
+
+    def _rounds(self) -> Callable[[int], Rollout] | None:
+        """What makes one round of verified groups: None, this process samples them (the
+        asynchronous trainer takes them from rollout actors)."""
+        return None
 
     def _prepare(self, rollout: Rollout) -> PreparedBatch:
         """π_old, π_ref and V of the rows, then the recipe's selection, shaping and advantages."""
