@@ -62,9 +62,7 @@ class Trainer:
         # measure dropout noise.
         dropout_off(self.model)
         self.engine = self._make_engine(self.model)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
-        )
+        self.optimizer = self._policy_optimizer()
         self.reference = self._frozen_copy() if self.recipe.needs_reference else None
         self.critic = ValueModel.from_policy(self.model) if self.recipe.needs_critic else None
         if self.critic is not None:
@@ -208,6 +206,13 @@ class Trainer:
         # Everything after sampling: π_old/π_ref/V forwards, advantages, policy and critic updates.
         metrics["time/train_s"] = time.perf_counter() - started
         return metrics
+
+    def _policy_optimizer(self) -> torch.optim.AdamW:
+        """AdamW over the policy's parameters as they are now (a sharded trainer rebuilds it
+        over the shards)."""
+        return torch.optim.AdamW(
+            self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
+        )
 
     def _collect(self) -> Collected:
         """One step's rollout batch, its rounds made by `_rounds()`."""

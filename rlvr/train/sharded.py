@@ -61,10 +61,7 @@ class ShardedTrainer(DataParallelTrainer):
         if self.reference is not None:
             shard_policy(self.reference, mesh)
             scatter_weights(self.reference, reference)
-        # The optimizer built over the whole parameters, rebuilt over the shards.
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
-        )
+        self.optimizer = self._policy_optimizer()  # rebuilt over the shards
         self._pending_optimizer: dict[str, Any] | None = None  # rank 0, resumed
         self._in_step = False
 
