@@ -7,26 +7,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-# `rlvr compare` options of the matrix mode, with the value each has when not given
-MATRIX_OPTIONS = {
-    "matrix": None,
-    "config": None,
-    "recipes": None,
-    "seeds": None,
-    "task": None,
-    "budget": None,
-    "steps": None,
-    "tokens": None,
-    "baseline": None,
-    "jobs": None,
-    "out": None,
-    "set": [],
-    "report_only": False,
-}
-
 
 def add_items_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of the item-by-item mode, added to `rlvr compare`."""
+    """The options of the item-by-item mode, added to `rlvr compare` after all of its
+    matrix options, whose defaults it records to tell which of them were given."""
+    matrix = {a.dest: a.default for a in parser._actions if a.dest not in ("help", "func")}
+    parser.set_defaults(matrix_defaults=matrix)
     group = parser.add_argument_group(
         "item by item (instead of a matrix): two `rlvr eval --k K --items FILE` files"
     )
@@ -51,7 +37,7 @@ def cmd_compare_items(args: argparse.Namespace) -> int:
 
     if args.items is None:
         return _fail("--score applies to --items A B (two `rlvr eval --items` files) only")
-    given = [_flag(k) for k, unset in MATRIX_OPTIONS.items() if getattr(args, k) != unset]
+    given = [_flag(k) for k, unset in args.matrix_defaults.items() if getattr(args, k) != unset]
     if given:
         kind = "is an option" if len(given) == 1 else "are options"
         return _fail(
