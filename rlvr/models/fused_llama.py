@@ -119,11 +119,6 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     return weight * h.to(x.dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 class FusedLlama:
     """The backbone of a supported model as plain tensor ops over a caller-owned cache."""
 
@@ -143,14 +138,19 @@ class FusedLlama:
         self.dtype = base.embed_tokens.weight.dtype
         table = torch.arange(positions, device=device)[None]
         cos, sin = base.rotary_emb(base.embed_tokens.weight[:1], table)  # (1, positions, D)
-        self.cos, self.sin = cos[0].to(self.dtype), sin[0].to(self.dtype)
+        self.cos, sin = cos[0].to(self.dtype), sin[0].to(self.dtype)
+        # rotate_half(x)·sin = swap_halves(x)·sin±, where sin± negates the first half:
+        # (−a)·b and a·(−b) are the same float, so this saves a negation per layer.
+        half = self.head_dim // 2
+        self.sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), -1)
 
     def new_cache(self, batch: int, width: int, device: torch.device) -> Cache:
+        """Uninitialised: `forward` writes every column before any query reads it."""
         shape = (batch, self.kv_heads, width, self.head_dim)
         return [
             (
-                torch.zeros(shape, dtype=self.dtype, device=device),
-                torch.zeros(shape, dtype=self.dtype, device=device),
+                torch.empty(shape, dtype=self.dtype, device=device),
+                torch.empty(shape, dtype=self.dtype, device=device),
             )
             for _ in self.layers
         ]
@@ -169,24 +169,27 @@ class FusedLlama:
         base = self.model.base_model
         x = base.embed_tokens(ids)
         batch, steps, _ = x.shape
-        cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]  # (B, 1, S, D)
+        cos, sin = self.cos[pos][:, :, None], self.sin_signed[pos][:, :, None]  # (B, S, 1, D)
         nq, nkv, d = self.heads, self.kv_heads, self.head_dim
-        rep = nq // nkv
+        rep, half = nq // nkv, d // 2
         neg = torch.finfo(x.dtype).min
+        blocked = ~allowed
         for layer, (k_cache, v_cache) in zip(self.layers, cache, strict=True):
             h = _rms_norm(x, layer.ln1, self.eps)
-            q, k, v = F.linear(h, layer.qkv_w, layer.qkv_b).split([nq * d, nkv * d, nkv * d], -1)
-            q = q.view(batch, steps, nq, d).transpose(1, 2)
-            k = k.view(batch, steps, nkv, d).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k_cache[:, :, col : col + steps] = k * cos + _rotate_half(k) * sin
-            v_cache[:, :, col : col + steps] = v.view(batch, steps, nkv, d).transpose(1, 2)
+            qkv = F.linear(h, layer.qkv_w, layer.qkv_b)  # (B, S, (nq + 2·nkv)·D)
+            # Rotary positions on the query and key heads at once (B, S, nq + nkv, D).
+            qk = qkv[..., : (nq + nkv) * d].view(batch, steps, nq + nkv, d)
+            qk = qk * cos + torch.cat((qk[..., half:], qk[..., :half]), -1) * sin
+            q = qk[:, :, :nq].transpose(1, 2)  # (B, nq, S, D)
+            k_cache[:, :, col : col + steps] = qk[:, :, nq:].transpose(1, 2)
+            v = qkv[..., (nq + nkv) * d :].view(batch, steps, nkv, d)
+            v_cache[:, :, col : col + steps] = v.transpose(1, 2)
             keys, values = k_cache[:, :, : col + steps], v_cache[:, :, : col + steps]
             # Grouped-query attention without copying K/V: query heads h·rep … h·rep+rep−1
             # share key/value head h, as `repeat_kv` arranges them.
             q = q.reshape(batch, nkv, rep * steps, d)
             scores = (q @ keys.transpose(-1, -2)).view(batch, nq, steps, -1) * self.scale
-            scores = scores.masked_fill(~allowed, neg)
+            scores = scores.masked_fill(blocked, neg)
             probs = scores.softmax(-1, dtype=torch.float32).to(x.dtype)
             out = probs.view(batch, nkv, rep * steps, -1) @ values  # (B, nkv, rep·S, D)
             out = out.view(batch, nq, steps, d).transpose(1, 2).reshape(batch, steps, nq * d)

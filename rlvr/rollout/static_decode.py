@@ -42,10 +42,13 @@ class StaticDecoder:
         total, device = width + max_new_tokens, input_ids.device
         fused = self.fused
         fused.begin(total, device)
-        cache = fused.new_cache(prompts, total, device)
-        hidden, pos = fused.prefill(input_ids, attention_mask, cache)
-        # The group shares its prompt: copy the prefilled cache `group` times.
-        cache = [(k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)) for k, v in cache]
+        prompt_cache = fused.new_cache(prompts, width, device)
+        hidden, pos = fused.prefill(input_ids, attention_mask, prompt_cache)
+        # The group shares its prompt: its prefilled columns are copied to each of its rows.
+        cache = fused.new_cache(prompts * group, total, device)
+        for (k, v), (k_prompt, v_prompt) in zip(cache, prompt_cache, strict=True):
+            for full, part in ((k, k_prompt), (v, v_prompt)):
+                full.view(prompts, group, *full.shape[1:])[..., :width, :] = part[:, None]
         hidden = hidden.repeat_interleave(group, 0)
         keys_ok = torch.ones(prompts * group, 1, 1, total, dtype=torch.bool, device=device)
         keys_ok[:, 0, 0, :width] = attention_mask.bool().repeat_interleave(group, 0)
