@@ -19,9 +19,15 @@ and loss (by default the 3 M model with grpo). Then per setting: the median and 
 (min–max) of each contestant's step time, the ratios, and the medians of the time spent
 in generation / log-prob forwards / backward / optimizer (grad clipping included) and in
 the rest (rewards, advantages, bookkeeping); medians of parts need not add up exactly.
-A last line gives each contestant's median CPU seconds per step (its process's CPU time
+A line gives each contestant's median CPU seconds per step (its process's CPU time
 over all threads; with one thread it moves less with load from other processes than
 wall time does; with `--in-process` it is the shared process's).
+
+The `floor:` line (skip with `--no-floor`) says what bounds rlvr's step from below: the
+matrix-multiply FLOPs of one step (forward and backward, counted op by op), the seconds
+they would take at this machine's best fp32 GEMM rate (a 1024³ product, measured then),
+and the seconds rlvr's step actually spends inside matrix multiplies (one profiled step).
+TRL's step time over the latter is the ratio that no cut of non-matmul overhead can beat.
 
 rlvr's step is the body of `Trainer.train_step` (generate → rewards → `prepare_batch` →
 `policy_update`) without the task registry and prompt pool. TRL runs offline: the
@@ -29,7 +35,7 @@ tokenizer is built locally, `report_to="none"`, nothing is saved.
 
 Needs the `bench` extra (`pip install -e .[bench]`); rlvr itself never imports TRL.
 Run: python benchmarks/step_vs_trl.py [--sizes 3m,30m] [--losses grpo,dapo] [--reps 8]
-     [--in-process]
+     [--in-process] [--no-floor]
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from rlvr.algo import prepare_batch
 from rlvr.algo.recipes import get_recipe
@@ -596,6 +603,72 @@ def report(size, loss, params, results, first: bool) -> None:
     sys.stdout.flush()
 
 
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+class MatmulFlops(TorchDispatchMode):
+    """Counts 2·m·k·n for every matrix multiply dispatched (forward and backward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in ("mm", "addmm", "bmm", "baddbmm"):
+            a, b = args[-2:] if name in ("addmm", "baddbmm") else args[:2]
+            self.flops += 2 * a.numel() * b.shape[-1]  # (…, m, k) @ (…, k, n)
+        return func(*args, **(kwargs or {}))
+
+
+def best_gemm_rate(size: int = 1024, reps: int = 10) -> float:
+    """FLOP/s of this machine's fastest fp32 matrix multiply that we know of: a square
+    `size`³ product, best of `reps`, with the current torch thread count."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b  # warm-up
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+def floor(size, loss, tokens, group) -> dict[str, float]:
+    """What bounds rlvr's step from below: the matrix-multiply FLOPs of one step (counted
+    by `FlopCounterMode`, forward and backward), the seconds those take at the best fp32
+    GEMM rate measured now, and the seconds rlvr's step actually spends inside matrix
+    multiplies (one profiled step after two unprofiled ones, in this process)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    hf_tok = build_hf_tokenizer()
+    side = RlvrSide(build_model(size, len(hf_tok)), hf_tok, loss, tokens, group)
+    for _ in range(2):
+        side.step()
+    with MatmulFlops() as counter:
+        side.step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        side.step()
+    in_matmul = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in MATMUL_OPS)
+    rate = best_gemm_rate()
+    flops = counter.flops
+    return {"flops": flops, "rate": rate, "ideal_s": flops / rate, "matmul_s": in_matmul / 1e6}
+
+
+def report_floor(bound: dict[str, float], results) -> None:
+    trl = {name: statistics.median(t["step"] for t in results[name]) for name in CONTESTANTS}
+    print(
+        f"floor: rlvr's step multiplies {bound['flops'] / 1e9:.1f} GFLOP of matrices; at "
+        f"{bound['rate'] / 1e9:.0f} GFLOP/s (this machine's best fp32 GEMM, 1024^3, now) that "
+        f"is {bound['ideal_s']:.3f} s, and rlvr spends {bound['matmul_s']:.3f} s per step "
+        f"inside matrix multiplies (profiled). TRL-default / that time: "
+        f"{trl['trl'] / bound['matmul_s']:.2f}x, TRL-no-checkpointing / it: "
+        f"{trl['trl_nogc'] / bound['matmul_s']:.2f}x (ratios no overhead cut can beat "
+        "without faster matrix multiplies)"
+    )
+    sys.stdout.flush()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="3m", help=f"comma list of {sorted(SIZES)}")
@@ -608,6 +681,9 @@ def main() -> None:
         "--in-process",
         action="store_true",
         help="the old harness: all contestants in one process, TRL in threads (to compare)",
+    )
+    parser.add_argument(
+        "--no-floor", action="store_true", help="skip the matrix-multiply floor of each setting"
     )
     parser.add_argument("--child", choices=CONTESTANTS, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)
@@ -639,6 +715,8 @@ def main() -> None:
             else:
                 params, results = run_setting(*setting, threads)
             report(size, loss, params, results, first)
+            if not args.no_floor:
+                report_floor(floor(size, loss, args.tokens, args.group), results)
             if first:
                 print(header)
             first = False
