@@ -8,7 +8,9 @@ returned masks), the ratio, and the peak memory each side adds over the loaded m
 each side runs in its own fresh process and reports the growth of its peak resident set
 (CPU) or `torch.cuda.max_memory_allocated` (GPU). With `--forced-length` EOS is never
 sampled, so both sides generate exactly `--tokens` tokens per row.
-Run: .venv/bin/python benchmarks/bench_rollout.py [--repeats 10] [--forced-length]
+With `--compile` rlvr's decode step runs through `torch.compile` (`engine_options:
+{compile: true}`); the compilation happens in the warm-up call, whose seconds are printed.
+Run: .venv/bin/python benchmarks/bench_rollout.py [--repeats 10] [--forced-length] [--compile]
 """
 
 from __future__ import annotations
@@ -28,15 +30,18 @@ from rlvr.tasks import make_task
 from rlvr.warmstart import load_policy
 
 
-def _time(fn, repeats: int) -> tuple[float, int]:
-    """Median seconds per call after one warm-up call, and the tokens one call generated."""
+def _time(fn, repeats: int) -> tuple[float, int, float]:
+    """Median seconds per call after one warm-up call, the tokens one call generated, and
+    the warm-up call's seconds."""
+    start = time.perf_counter()
     tokens = fn()  # warm-up
+    warmup = time.perf_counter() - start
     runs = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         runs.append(time.perf_counter() - start)
-    return statistics.median(runs), tokens
+    return statistics.median(runs), tokens, warmup
 
 
 def _peak_bytes() -> int:
@@ -88,7 +93,9 @@ class _NoEos:
         return getattr(self.inner, name)
 
 
-def run_side(side: str, repeats: int, tokens: int, forced: bool) -> dict[str, float]:
+def run_side(
+    side: str, repeats: int, tokens: int, forced: bool, compile: bool = False
+) -> dict[str, float]:
     """Time one side in this process; returns ms/batch, tokens/s and the peak memory
     added by generating (over the loaded model)."""
     model, tokenizer, _ = load_policy(
@@ -99,15 +106,16 @@ def run_side(side: str, repeats: int, tokens: int, forced: bool) -> dict[str, fl
     before = _peak_bytes()
     if side == "rlvr":
         params = SamplingParams(group_size=8, temperature=1.0, max_new_tokens=tokens)
-        engine = HFEngine(model, _NoEos(tokenizer) if forced else tokenizer)
+        engine = HFEngine(model, _NoEos(tokenizer) if forced else tokenizer, compile=compile)
         run = lambda: int(  # noqa: E731
             engine.generate(prompts, params, torch.Generator().manual_seed(0)).response_mask.sum()
         )
     else:
         run = lambda: hf_generate(model, tokenizer, prompts, 8, tokens, 0, forced)  # noqa: E731
-    seconds, generated = _time(run, repeats)
+    seconds, generated, warmup = _time(run, repeats)
     return {
         "ms": seconds * 1000,
+        "warmup_s": warmup,
         "tokens": generated,
         "tokens_per_s": generated / seconds,
         "peak_mib": (_peak_bytes() - before) / 2**20,
@@ -119,13 +127,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--tokens", type=int, default=14, help="max new tokens per row")
     parser.add_argument("--forced-length", action="store_true", help="never stop at EOS")
+    parser.add_argument(
+        "--compile", action="store_true", help="rlvr's decode step through torch.compile"
+    )
     parser.add_argument("--side", choices=("rlvr", "hf"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:  # child process: one side, JSON out
-        print(json.dumps(run_side(args.side, args.repeats, args.tokens, args.forced_length)))
+        result = run_side(args.side, args.repeats, args.tokens, args.forced_length, args.compile)
+        print(json.dumps(result))
         return
     flags = [f"--repeats={args.repeats}", f"--tokens={args.tokens}"]
     flags += ["--forced-length"] if args.forced_length else []
+    flags += ["--compile"] if args.compile else []
     results = {}
     for side in ("rlvr", "hf"):
         out = subprocess.run(
@@ -139,6 +152,11 @@ def main() -> None:
     print(
         f"threads={torch.get_num_threads()}  batch=16 prompts x 8 samples, "
         f"{'exactly' if args.forced_length else '<='} {args.tokens} new tokens"
+        + (
+            f"; rlvr's decode step compiled ({ours['warmup_s']:.1f} s warm-up call)"
+            if args.compile
+            else ""
+        )
     )
     for name, r in (("rlvr HFEngine.generate", ours), ("transformers generate", theirs)):
         print(

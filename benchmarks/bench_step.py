@@ -6,7 +6,10 @@ one after another:
   - recipes grpo, dr_grpo, dapo, gspo, cispo, ppo: s/step, rollout vs train seconds;
   - gspo with and without `zero_adv_skip`: train seconds and their ratio (the gradient is
     identical by construction; tests/algo prove it).
+With `--compile` the rollouts decode through `torch.compile` (`engine_options: {compile:
+true}`); the compilation happens in the warm-up step.
 Run: .venv/bin/python benchmarks/bench_step.py [--steps 5] [--recipes grpo --no-skip]
+     [--compile]
 """
 
 from __future__ import annotations
@@ -50,7 +53,12 @@ def main() -> None:
         "--recipes", default="grpo,dr_grpo,dapo,gspo,cispo,ppo", help="comma list of recipes"
     )
     parser.add_argument("--no-skip", action="store_true", help="leave out the gspo skip rows")
+    parser.add_argument(
+        "--compile", action="store_true", help="decode through torch.compile (engine_options)"
+    )
     args = parser.parse_args()
+    if args.compile:
+        BASE["engine_options"] = {"compile": True}
     print(f"{'recipe':<22} {'s/step':>7} {'rollout s':>9} {'train s':>8} {'tokens':>7}")
     for recipe in args.recipes.split(","):
         m = measure(recipe, args.steps)

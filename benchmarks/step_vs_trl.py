@@ -35,7 +35,7 @@ tokenizer is built locally, `report_to="none"`, nothing is saved.
 
 Needs the `bench` extra (`pip install -e .[bench]`); rlvr itself never imports TRL.
 Run: python benchmarks/step_vs_trl.py [--sizes 3m,30m] [--losses grpo,dapo] [--reps 8]
-     [--in-process] [--no-floor]
+     [--in-process] [--no-floor] [--compile]
 """
 
 from __future__ import annotations
@@ -188,6 +188,8 @@ class Phases:
 
 
 class RlvrSide:
+    compile_decode = False  # --compile: the engine's decode step through torch.compile
+
     def __init__(self, model, hf_tok, loss: str, tokens: int, group: int) -> None:
         self.model = model.train()
         self.tokenizer = NoEosTokenizer(hf_tok)
@@ -196,7 +198,9 @@ class RlvrSide:
         self.recipe = get_recipe(
             loss, kl_coef=0.0, **({"dynamic_sampling": False} if loss == "dapo" else {})
         )
-        self.engine = HFEngine(model, self.tokenizer, fp32_head=self.recipe.fp32_head)
+        self.engine = HFEngine(
+            model, self.tokenizer, fp32_head=self.recipe.fp32_head, compile=self.compile_decode
+        )
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
         self.params = SamplingParams(group, 1.0, 1.0, tokens)
         self.settings = UpdateSettings(1, 1, len(PROMPTS) * group, 1.0, tokens, 1.0, PAD)
@@ -504,6 +508,7 @@ def run_setting(size, loss, reps, warmup, tokens, group, threads: int):
     and waits for its answer, so they alternate step by step."""
     flags = [f"--sizes={size}", f"--losses={loss}", f"--reps={reps}", f"--warmup={warmup}"]
     flags += [f"--tokens={tokens}", f"--group={group}", f"--threads={threads}"]
+    flags += ["--compile"] if RlvrSide.compile_decode else []
     script = os.path.abspath(__file__)
     with contestants(lambda name: [sys.executable, script, f"--child={name}", *flags]) as procs:
         ready = {name: proc.receive() for name, proc in procs.items()}
@@ -685,11 +690,18 @@ def main() -> None:
     parser.add_argument(
         "--no-floor", action="store_true", help="skip the matrix-multiply floor of each setting"
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="rlvr samples with its decode step compiled (engine_options.compile); the "
+        "compilation happens in the warm-up steps",
+    )
     parser.add_argument("--child", choices=CONTESTANTS, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    RlvrSide.compile_decode = args.compile
     if args.child:  # one contestant, driven through stdin/stdout
         steps = args.warmup + args.reps
         child(args.child, args.sizes, args.losses, args.tokens, args.group, steps, args.threads)
@@ -704,6 +716,7 @@ def main() -> None:
         f"# threads={threads} torch {torch.__version__}; "
         f"{len(PROMPTS)} prompts x {args.group} x {args.tokens} tokens, fp32, beta=0; "
         f"{args.warmup} warm-up + {args.reps} counted steps each, alternating; {where}"
+        + ("; rlvr's decode step compiled" if args.compile else "")
     )
     first = True
     for size in args.sizes.split(","):

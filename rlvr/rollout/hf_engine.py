@@ -12,6 +12,7 @@ distribution actually sampled from.
 from __future__ import annotations
 
 import inspect
+import warnings
 
 import torch
 from transformers import DynamicCache
@@ -73,6 +74,7 @@ class HFEngine(TextPrompts):
         tokenizer: Tokenizer,
         fp32_head: bool = True,
         static_cache: bool = True,
+        compile: bool = False,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -80,7 +82,15 @@ class HFEngine(TextPrompts):
         self._cache_kwarg = _cache_kwarg(model)
         # Llama-family models decode through rlvr's lean loop; anything else through
         # the model's own forward.
-        self._static = StaticDecoder(model, fp32_head) if static_cache and supports(model) else None
+        lean = static_cache and supports(model)
+        self._static = StaticDecoder(model, fp32_head, compile) if lean else None
+        if compile and not lean:
+            warnings.warn(
+                "engine_options.compile has no effect: it compiles rlvr's lean decode step, "
+                f"which {type(model).__name__} does not use (Llama-family models only, "
+                "rlvr.models.fused_llama.supports); sampling runs eagerly",
+                stacklevel=2,
+            )
 
     def generate_ids(
         self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator

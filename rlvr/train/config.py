@@ -94,7 +94,11 @@ class TrainConfig:
     )
     rollout_engine: str = _doc("rollout engine: 'hf' (in-process) or 'vllm' (rlvr[gpu])", "hf")
     engine_options: dict = field(
-        default_factory=dict, metadata={"doc": "vLLM engine options (gpu_memory_utilization, ...)"}
+        default_factory=dict,
+        metadata={
+            "doc": "engine options: vLLM's (gpu_memory_utilization, ...) with rollout_engine "
+            "'vllm'; with 'hf' only compile (true: torch.compile the decode step)"
+        },
     )
     save_every_minutes: float = _doc(
         "also checkpoint when this many minutes passed since the last one (0: never)", 10.0

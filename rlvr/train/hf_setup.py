@@ -20,9 +20,29 @@ def check_options(cfg: Any) -> None:
         raise ValueError(
             f"rollout_engine must be one of {', '.join(ENGINES)}, got {cfg.rollout_engine!r}"
         )
+    if cfg.rollout_engine == "hf":
+        _check_hf_engine_options(cfg.engine_options)
     if cfg.model == "embedded" and cfg.policy:
         raise ValueError(
             f"policy options {sorted(cfg.policy)} apply to Hugging Face models, not model='embedded'"
+        )
+
+
+HF_ENGINE_OPTIONS = {"compile": "compile the decode step with torch.compile (bool)"}
+
+
+def _check_hf_engine_options(options: dict) -> None:
+    """The in-process engine takes only `compile` (a bool); anything else would be ignored."""
+    unknown = sorted(set(options) - set(HF_ENGINE_OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"engine_options {unknown} do not apply to rollout_engine='hf'; valid: "
+            + "; ".join(f"{k}: {v}" for k, v in HF_ENGINE_OPTIONS.items())
+            + " (the other keys are vLLM's, for rollout_engine='vllm')"
+        )
+    if "compile" in options and not isinstance(options["compile"], bool):
+        raise ValueError(
+            f"engine_options.compile must be true or false, got {options['compile']!r}"
         )
 
 
@@ -47,4 +67,6 @@ def make_engine(cfg: Any, model: Any, tokenizer: Any, fp32_head: bool) -> Any:
         return VLLMEngine.create(model, tokenizer, **cfg.engine_options)
     from rlvr.rollout import HFEngine
 
-    return HFEngine(model, tokenizer, fp32_head=fp32_head)
+    return HFEngine(
+        model, tokenizer, fp32_head=fp32_head, compile=cfg.engine_options.get("compile", False)
+    )
