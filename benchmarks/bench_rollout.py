@@ -4,8 +4,11 @@ Same warm-started embedded policy, same prompts (16 × group 8), same budget (14
 tokens), temperature 1. `generate` is asked for what RL needs: the sampled tokens *and*
 their log-probs (`output_scores`), as TRL's CPU path does. Prints seconds per batch,
 generated tokens per second (every row's tokens up to its EOS, counted from the
-returned masks), the ratio, and the peak memory each side adds over the loaded model:
-each side runs in its own fresh process and reports the growth of its peak resident set
+returned masks), the ratio, and the peak memory each side adds over the loaded model.
+Each side runs in a process of its own (sharing one slowed both, unequally), and the
+driver asks them in turn for one call per round, the order flipped every round, so that
+drift in the machine's speed hits both alike; the ratio of the medians and the median of
+the per-round ratios are printed. Memory: the growth of each process's peak resident set
 (CPU) or `torch.cuda.max_memory_allocated` (GPU). With `--forced-length` EOS is never
 sampled, so both sides generate exactly `--tokens` tokens per row.
 With `--compile` rlvr's decode step runs through `torch.compile` (`engine_options:
@@ -28,20 +31,6 @@ import torch
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.tasks import make_task
 from rlvr.warmstart import load_policy
-
-
-def _time(fn, repeats: int) -> tuple[float, int, float]:
-    """Median seconds per call after one warm-up call, the tokens one call generated, and
-    the warm-up call's seconds."""
-    start = time.perf_counter()
-    tokens = fn()  # warm-up
-    warmup = time.perf_counter() - start
-    runs = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - start)
-    return statistics.median(runs), tokens, warmup
 
 
 def _peak_bytes() -> int:
@@ -93,38 +82,78 @@ class _NoEos:
         return getattr(self.inner, name)
 
 
-def run_side(
-    side: str, repeats: int, tokens: int, forced: bool, compile: bool = False
-) -> dict[str, float]:
-    """Time one side in this process; returns ms/batch, tokens/s and the peak memory
-    added by generating (over the loaded model)."""
+def _sides(tokens: int, forced: bool, compile: bool):
+    """Both sides over one freshly loaded policy: name -> call returning tokens generated."""
     model, tokenizer, _ = load_policy(
         "embedded", "arithmetic", {"digits": 2, "ops": "+"}, 0, progress=False
     )
     model.eval()
     prompts = [p.prompt for p in make_task("arithmetic").problems("eval")[:16]]
-    before = _peak_bytes()
-    if side == "rlvr":
-        params = SamplingParams(group_size=8, temperature=1.0, max_new_tokens=tokens)
-        engine = HFEngine(model, _NoEos(tokenizer) if forced else tokenizer, compile=compile)
-        run = lambda: int(  # noqa: E731
-            engine.generate(prompts, params, torch.Generator().manual_seed(0)).response_mask.sum()
-        )
-    else:
-        run = lambda: hf_generate(model, tokenizer, prompts, 8, tokens, 0, forced)  # noqa: E731
-    seconds, generated, warmup = _time(run, repeats)
+    params = SamplingParams(group_size=8, temperature=1.0, max_new_tokens=tokens)
+    engine = HFEngine(model, _NoEos(tokenizer) if forced else tokenizer, compile=compile)
     return {
-        "ms": seconds * 1000,
-        "warmup_s": warmup,
-        "tokens": generated,
-        "tokens_per_s": generated / seconds,
-        "peak_mib": (_peak_bytes() - before) / 2**20,
+        "rlvr": lambda: int(
+            engine.generate(prompts, params, torch.Generator().manual_seed(0)).response_mask.sum()
+        ),
+        "hf": lambda: hf_generate(model, tokenizer, prompts, 8, tokens, 0, forced),
     }
+
+
+def serve(side: str, tokens: int, forced: bool, compile: bool) -> None:
+    """Child process: one side. After a warm-up call (rlvr's compiles with `compile`) it
+    prints one JSON line {warmup_s, tokens}; then, per line read, it times one call and
+    prints {s}; at the end of input it prints the peak memory its calls added."""
+    before = _peak_bytes()
+    run = _sides(tokens, forced, compile)[side]
+    start = time.perf_counter()
+    generated = run()
+    print(json.dumps({"warmup_s": time.perf_counter() - start, "tokens": generated}), flush=True)
+    for _ in sys.stdin:
+        start = time.perf_counter()
+        run()
+        print(json.dumps({"s": time.perf_counter() - start}), flush=True)
+    print(json.dumps({"peak_mib": (_peak_bytes() - before) / 2**20}), flush=True)
+
+
+def alternate(flags: list[str], repeats: int) -> dict[str, dict]:
+    """Both sides, each in its own process, asked in turn for one call per round (the
+    order flipped every round), so that drift in the machine's speed hits both alike.
+    Returns per side: median ms, tokens per call, tokens/s, warm-up seconds, peak MiB;
+    and `paired`, the median over rounds of the tokens/s ratio within a round."""
+    procs = {
+        side: subprocess.Popen(
+            [sys.executable, __file__, f"--side={side}", *flags],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for side in ("rlvr", "hf")
+    }
+    out = {side: {"times": [], **json.loads(p.stdout.readline())} for side, p in procs.items()}
+    for i in range(repeats):
+        for side in ("rlvr", "hf") if i % 2 == 0 else ("hf", "rlvr"):
+            procs[side].stdin.write("go\n")
+            procs[side].stdin.flush()
+            out[side]["times"].append(json.loads(procs[side].stdout.readline())["s"])
+    for side, proc in procs.items():
+        proc.stdin.close()
+        out[side].update(json.loads(proc.stdout.readline()))
+        if proc.wait() != 0:
+            raise RuntimeError(f"the {side} process exited with code {proc.returncode}")
+        r = out[side]
+        r["ms"] = statistics.median(r["times"]) * 1000
+        r["tokens_per_s"] = r["tokens"] / statistics.median(r["times"])
+    rlvr, hf = out["rlvr"], out["hf"]
+    out["paired"] = statistics.median(
+        (rlvr["tokens"] / a) / (hf["tokens"] / b)
+        for a, b in zip(rlvr["times"], hf["times"], strict=True)
+    )
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=10, help="timed rounds")
     parser.add_argument("--tokens", type=int, default=14, help="max new tokens per row")
     parser.add_argument("--forced-length", action="store_true", help="never stop at EOS")
     parser.add_argument(
@@ -132,38 +161,34 @@ def main() -> None:
     )
     parser.add_argument("--side", choices=("rlvr", "hf"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.side:  # child process: one side, JSON out
-        result = run_side(args.side, args.repeats, args.tokens, args.forced_length, args.compile)
-        print(json.dumps(result))
+    if args.side:  # child process: one side, driven through stdin/stdout
+        serve(args.side, args.tokens, args.forced_length, args.compile)
         return
-    flags = [f"--repeats={args.repeats}", f"--tokens={args.tokens}"]
+    flags = [f"--tokens={args.tokens}"]
     flags += ["--forced-length"] if args.forced_length else []
     flags += ["--compile"] if args.compile else []
-    results = {}
-    for side in ("rlvr", "hf"):
-        out = subprocess.run(
-            [sys.executable, __file__, f"--side={side}", *flags],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        results[side] = json.loads(out.stdout.strip().splitlines()[-1])
+    results = alternate(flags, args.repeats)
     ours, theirs = results["rlvr"], results["hf"]
     print(
         f"threads={torch.get_num_threads()}  batch=16 prompts x 8 samples, "
-        f"{'exactly' if args.forced_length else '<='} {args.tokens} new tokens"
+        f"{'exactly' if args.forced_length else '<='} {args.tokens} new tokens; "
+        f"{args.repeats} alternating rounds"
         + (
             f"; rlvr's decode step compiled ({ours['warmup_s']:.1f} s warm-up call)"
             if args.compile
             else ""
         )
     )
-    for name, r in (("rlvr HFEngine.generate", ours), ("transformers generate", theirs)):
+    for name, side in (("rlvr HFEngine.generate", "rlvr"), ("transformers generate", "hf")):
+        r = results[side]
         print(
             f"{name:<24} {r['ms']:8.1f} ms/batch {r['tokens_per_s']:9.0f} tokens/s "
             f"({r['tokens']} tokens)  peak +{r['peak_mib']:.1f} MiB"
         )
-    print(f"tokens/s ratio (rlvr / HF)  {ours['tokens_per_s'] / theirs['tokens_per_s']:6.2f}x")
+    print(
+        f"tokens/s ratio (rlvr / HF)  {ours['tokens_per_s'] / theirs['tokens_per_s']:6.2f}x "
+        f"(ratio of medians); per-round paired median {results['paired']:.2f}x"
+    )
 
 
 if __name__ == "__main__":
