@@ -82,21 +82,20 @@ class _NoEos:
         return getattr(self.inner, name)
 
 
-def _sides(tokens: int, forced: bool, compile: bool):
-    """Both sides over one freshly loaded policy: name -> call returning tokens generated."""
+def _side(side: str, tokens: int, forced: bool, compile: bool):
+    """One side over a freshly loaded policy: a call returning the tokens it generated."""
     model, tokenizer, _ = load_policy(
         "embedded", "arithmetic", {"digits": 2, "ops": "+"}, 0, progress=False
     )
     model.eval()
     prompts = [p.prompt for p in make_task("arithmetic").problems("eval")[:16]]
+    if side == "hf":
+        return lambda: hf_generate(model, tokenizer, prompts, 8, tokens, 0, forced)
     params = SamplingParams(group_size=8, temperature=1.0, max_new_tokens=tokens)
     engine = HFEngine(model, _NoEos(tokenizer) if forced else tokenizer, compile=compile)
-    return {
-        "rlvr": lambda: int(
-            engine.generate(prompts, params, torch.Generator().manual_seed(0)).response_mask.sum()
-        ),
-        "hf": lambda: hf_generate(model, tokenizer, prompts, 8, tokens, 0, forced),
-    }
+    return lambda: int(
+        engine.generate(prompts, params, torch.Generator().manual_seed(0)).response_mask.sum()
+    )
 
 
 def serve(side: str, tokens: int, forced: bool, compile: bool) -> None:
@@ -104,7 +103,7 @@ def serve(side: str, tokens: int, forced: bool, compile: bool) -> None:
     prints one JSON line {warmup_s, tokens}; then, per line read, it times one call and
     prints {s}; at the end of input it prints the peak memory its calls added."""
     before = _peak_bytes()
-    run = _sides(tokens, forced, compile)[side]
+    run = _side(side, tokens, forced, compile)
     start = time.perf_counter()
     generated = run()
     print(json.dumps({"warmup_s": time.perf_counter() - start, "tokens": generated}), flush=True)
