@@ -57,19 +57,18 @@ def main() -> None:
         "--compile", action="store_true", help="decode through torch.compile (engine_options)"
     )
     args = parser.parse_args()
-    if args.compile:
-        BASE["engine_options"] = {"compile": True}
+    extra = {"engine_options": {"compile": True}} if args.compile else {}
     print(f"{'recipe':<22} {'s/step':>7} {'rollout s':>9} {'train s':>8} {'tokens':>7}")
     for recipe in args.recipes.split(","):
-        m = measure(recipe, args.steps)
+        m = measure(recipe, args.steps, **extra)
         print(
             f"{recipe:<22} {m['step_s']:7.3f} {m['time/rollout_s']:9.3f} "
             f"{m['time/train_s']:8.3f} {m['rollout/generated_tokens']:7.0f}"
         )
     if args.no_skip:
         return
-    skip = measure("gspo", args.steps, zero_adv_skip=True)
-    full = measure("gspo", args.steps, zero_adv_skip=False)
+    skip = measure("gspo", args.steps, zero_adv_skip=True, **extra)
+    full = measure("gspo", args.steps, zero_adv_skip=False, **extra)
     print(
         f"\ngspo zero-adv skip: policy update {skip['time/policy_update_s']:.3f} s with "
         f"{skip['train/skipped_rows']:.0f} rows skipped, {full['time/policy_update_s']:.3f} s "

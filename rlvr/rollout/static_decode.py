@@ -59,9 +59,13 @@ class StaticDecoder:
         keys_ok = torch.ones(prompts * group, 1, 1, total, dtype=torch.bool, device=device)
         keys_ok[:, 0, 0, :width] = attention_mask.bool().repeat_interleave(group, 0)
         pos = pos[:, None].repeat_interleave(group, 0) - 1  # (B, 1)
-        step_fn = fused.forward if self.compiled is None else self._compiled_step
+        step_fn = fused.forward
         if self.compiled is not None:
-            _dynamic_sizes(fused.cos, fused.sin_signed, *(t for kv in cache for t in kv))
+            step_fn = self._compiled_step
+            for table in (fused.cos, fused.sin_signed):
+                _vary(table, 0)  # positions
+            for tensor in (t for kv in cache for t in kv):
+                _vary(tensor, 0, 2)  # rows, columns
         tokens = []
         for step in range(max_new_tokens):
             if step > 0:
@@ -76,17 +80,15 @@ class StaticDecoder:
         return tokens
 
     def _compiled_step(self, ids, pos, col, allowed, cache) -> torch.Tensor:
-        _dynamic_sizes(ids, pos, allowed)
-        torch._dynamo.maybe_mark_dynamic(allowed, 3)  # the cache columns read so far
+        _vary(ids, 0)
+        _vary(pos, 0)
+        _vary(allowed, 0, 3)  # rows, the cache columns read so far
         return self.compiled(ids, pos, col, allowed, cache)
 
 
-def _dynamic_sizes(*tensors: torch.Tensor) -> None:
-    """Tell `torch.compile` that these tensors' first dimension (rows, or table positions)
-    varies from call to call, and so does a cache's columns (dimension 2 of a 4-d cache),
-    so that one compilation serves every batch: without this it specialises on the first
-    batch size when that equals a model dimension (e.g. 128 rows and hidden size 128)."""
-    for t in tensors:
-        torch._dynamo.maybe_mark_dynamic(t, 0)
-        if t.dim() == 4 and t.dtype != torch.bool:
-            torch._dynamo.maybe_mark_dynamic(t, 2)
+def _vary(tensor: torch.Tensor, *dims: int) -> None:
+    """Tell `torch.compile` that these dimensions change from call to call, so that one
+    compilation serves every batch: without this it specialises on the first batch size
+    when that equals a model dimension (e.g. 128 rows and hidden size 128)."""
+    for dim in dims:
+        torch._dynamo.maybe_mark_dynamic(tensor, dim)
