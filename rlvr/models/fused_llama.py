@@ -112,6 +112,18 @@ def _fused(layer: torch.nn.Module) -> _Layer:
     )
 
 
+def _extend(cache: torch.Tensor, new: torch.Tensor, col: int) -> torch.Tensor:
+    """The keys (or values) (B, Hkv, col + S, D) that queries at columns [col, col + S)
+    attend to: the cached columns [0, col), then `new` (B, Hkv, S, D). A cache wider than
+    `col` (the decode's preallocated one) is written in place; one exactly `col` wide (the
+    training forward's prompt) is extended by concatenation, which keeps in-place writes
+    (and their whole-cache gradient copies) out of the autograd graph."""
+    if cache.shape[2] == col:
+        return torch.cat((cache, new), 2)
+    cache[:, :, col : col + new.shape[2]] = new
+    return cache[:, :, : col + new.shape[2]]
+
+
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm (Zhang & Sennrich 2019) in float32, as `Qwen2RMSNorm`/`LlamaRMSNorm`."""
     h = x.float()
@@ -164,7 +176,7 @@ class FusedLlama:
         cache: Cache,
     ) -> torch.Tensor:
         """Final-norm hidden states (B, S, H) of `ids` (B, S) at rotary positions `pos`
-        (B, S); their keys/values are written to cache columns [col, col+S) and
+        (B, S); their keys/values go to cache columns [col, col+S) (see `_extend`) and
         `allowed` (B, 1, S, col+S) says which cached keys each query may attend to."""
         base = self.model.base_model
         x = base.embed_tokens(ids)
@@ -176,15 +188,16 @@ class FusedLlama:
         blocked = ~allowed
         for layer, (k_cache, v_cache) in zip(self.layers, cache, strict=True):
             h = _rms_norm(x, layer.ln1, self.eps)
-            qkv = F.linear(h, layer.qkv_w, layer.qkv_b)  # (B, S, (nq + 2·nkv)·D)
-            # Rotary positions on the query and key heads at once (B, S, nq + nkv, D).
-            qk = qkv[..., : (nq + nkv) * d].view(batch, steps, nq + nkv, d)
-            qk = qk * cos + torch.cat((qk[..., half:], qk[..., :half]), -1) * sin
-            q = qk[:, :, :nq].transpose(1, 2)  # (B, nq, S, D)
-            k_cache[:, :, col : col + steps] = qk[:, :, nq:].transpose(1, 2)
-            v = qkv[..., (nq + nkv) * d :].view(batch, steps, nkv, d)
-            v_cache[:, :, col : col + steps] = v.transpose(1, 2)
-            keys, values = k_cache[:, :, : col + steps], v_cache[:, :, : col + steps]
+            # (B, S, (nq + 2·nkv)·D); `split`, not slices: one backward op, no zero-filled grads.
+            qk, v = F.linear(h, layer.qkv_w, layer.qkv_b).split(((nq + nkv) * d, nkv * d), -1)
+            # Rotary positions on the query and key heads at once (B, S, nq + nkv, D); the
+            # halves swapped by `roll`, the same values as cat(second half, first half).
+            qk = qk.view(batch, steps, nq + nkv, d)
+            qk = qk * cos + qk.roll(half, -1) * sin
+            q, k = qk.split((nq, nkv), 2)
+            q = q.transpose(1, 2)  # (B, nq, S, D)
+            keys = _extend(k_cache, k.transpose(1, 2), col)
+            values = _extend(v_cache, v.view(batch, steps, nkv, d).transpose(1, 2), col)
             # Grouped-query attention without copying K/V: query heads h·rep … h·rep+rep−1
             # share key/value head h, as `repeat_kv` arranges them.
             q = q.reshape(batch, nkv, rep * steps, d)
@@ -242,7 +255,7 @@ def shared_prefix_hidden(
     width = input_ids.shape[1]
     fused = FusedLlama(model)
     fused.begin(width + needed, device)
-    cache = fused.new_cache(len(prompts), width + needed - 1, device)
+    cache = fused.new_cache(len(prompts), width, device)  # the responses extend it
     last, next_pos = fused.prefill(input_ids, attention_mask, cache)
     # index_select, not `x[row_prompt]`: the latter's backward (index_put_ with accumulate)
     # adds the rows of a group with atomic adds on CPU, in an order that changes from run

@@ -9,7 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from rlvr.models import build_tiny_policy, response_logprobs, tiny_qwen2_config
 from rlvr.models import logprobs as lp
-from rlvr.models.fused_llama import shared_prefix_hidden
+from rlvr.models.fused_llama import _extend, shared_prefix_hidden
 
 PAD = 0
 
@@ -145,3 +145,21 @@ def test_shared_prefix_gradient_adds_a_groups_rows_in_a_fixed_order():
         (logprobs * mask).sum().backward()
     assert any("index_add" in name for name, _, _ in ops.calls)  # the rows are summed
     assert _accumulating_index_puts(ops.calls) == []
+
+
+def test_extend_writes_a_static_cache_and_concatenates_a_prompt_only_one():
+    """The decode's preallocated cache is written in place; a cache exactly `col` wide
+    (the training forward's prompt) is extended by `cat`: the same keys either way, and
+    only the second keeps the in-place write out of the autograd graph."""
+    prompt = torch.arange(2 * 1 * 3 * 2, dtype=torch.float32).view(2, 1, 3, 2)
+    new = -torch.arange(1, 2 * 1 * 2 * 2 + 1, dtype=torch.float32).view(2, 1, 2, 2)
+    static = torch.full((2, 1, 7, 2), float("nan"))
+    static[:, :, :3] = prompt
+    written = _extend(static, new, 3)
+    assert torch.equal(static[:, :, 3:5], new)  # in place
+    assert written.shape == (2, 1, 5, 2) and written.data_ptr() == static.data_ptr()
+    leaf = prompt.clone().requires_grad_()
+    extended = _extend(leaf, new, 3)
+    assert torch.equal(extended, written) and torch.equal(leaf, prompt)  # leaf untouched
+    extended.sum().backward()
+    assert torch.equal(leaf.grad, torch.ones_like(prompt))
