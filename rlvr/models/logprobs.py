@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from rlvr.models.fused_llama import shared_prefix_hidden, supports
 
@@ -124,24 +125,37 @@ def response_logprobs(
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     device = next(model.parameters()).device
+    targets = response_ids.to(device).long()
     # FSDP gathers the root module's weights only inside a registered forward method: a
-    # sharded policy carries this function as one (rlvr/train/fsdp.py).
+    # sharded policy carries this function as one (rlvr/train/fsdp.py), and gets its full
+    # logits from it.
     logits_of = getattr(model, SHARDED_LOGITS, None)
     if logits_of is None:
-        logits = response_logits(model, prompt_ids, response_ids, response_mask, pad_id, fp32_head)
+        hidden = response_hidden(model, prompt_ids, response_ids, response_mask, pad_id)
+        out = head_logprobs(
+            model, hidden, targets, temperature, fp32_head, return_entropy, entropy_grad
+        )
     else:
         logits = logits_of(prompt_ids, response_ids, response_mask, pad_id, fp32_head)
-    logits = logits / temperature  # (B, T, V) float32
+        out = _logprobs_of_logits(logits / temperature, targets, return_entropy, entropy_grad)
     valid = response_mask.to(device) > 0
-    token_logprobs = gathered_logprobs(logits, response_ids.to(device).long())
     # where, not multiply: a -inf log-prob at a padded position would turn into NaN.
-    token_logprobs = torch.where(valid, token_logprobs, torch.zeros_like(token_logprobs))
-    if not return_entropy:
-        return token_logprobs
-    # Without an entropy bonus the entropy is only logged: keep it out of the autograd graph.
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        entropy = chunked_entropy(logits)
-    return token_logprobs, torch.where(valid, entropy, torch.zeros_like(entropy))
+    masked = tuple(torch.where(valid, x, torch.zeros_like(x)) for x in out)
+    return masked if return_entropy else masked[0]
+
+
+def response_hidden(
+    model: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    pad_id: int,
+) -> torch.Tensor:
+    """Final hidden states (B, T, H) from which each response token is predicted."""
+    # Llama-family models run each group's shared prompt once (same values and gradient).
+    if supports(model):
+        return shared_prefix_hidden(model, prompt_ids, response_ids, response_mask, pad_id)
+    return response_hidden_states(model.base_model, prompt_ids, response_ids, response_mask, pad_id)
 
 
 def response_logits(
@@ -153,14 +167,60 @@ def response_logits(
     fp32_head: bool = True,
 ) -> torch.Tensor:
     """Logits (B, T, V) in float32 from which each response token is predicted."""
-    # Llama-family models run each group's shared prompt once (same values and gradient).
-    if supports(model):
-        hidden = shared_prefix_hidden(model, prompt_ids, response_ids, response_mask, pad_id)
-    else:
-        hidden = response_hidden_states(
-            model.base_model, prompt_ids, response_ids, response_mask, pad_id
-        )
+    hidden = response_hidden(model, prompt_ids, response_ids, response_mask, pad_id)
     return lm_head_logits(model, hidden, fp32_head)
+
+
+def head_logprobs(
+    model: torch.nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    fp32_head: bool,
+    return_entropy: bool = False,
+    entropy_grad: bool = True,
+) -> tuple[torch.Tensor, ...]:
+    """(log π(target), [entropy]) per position (...,) from final hidden states (..., H)
+    and `targets` (...,), under softmax(lm_head(hidden) / temperature).
+
+    A large vocabulary makes the logits the biggest tensor of the step (positions × V
+    float32, kept for backward, and as much again for their gradient). When they would
+    exceed `CHUNK_VALUES`, positions are taken in chunks of `CHUNK_VALUES // V`, and with
+    gradients on each chunk runs under `torch.utils.checkpoint`: its logits are freed after
+    the forward and recomputed (one chunk at a time) in the backward, which costs one more
+    LM-head product. Every position's numbers are the unchunked ones up to the float
+    rounding of a row-subset matrix product (tests/models prove it)."""
+    vocab = model.get_output_embeddings().weight.shape[0]
+
+    def head(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        logits = lm_head_logits(model, h, fp32_head) / temperature
+        return _logprobs_of_logits(logits, t, return_entropy, entropy_grad)
+
+    rows = max(1, CHUNK_VALUES // vocab)
+    if targets.numel() <= rows:
+        return head(hidden, targets)
+    recompute = torch.is_grad_enabled()
+    chunks = zip(
+        hidden.reshape(-1, hidden.shape[-1]).split(rows),
+        targets.reshape(-1).split(rows),
+        strict=True,
+    )
+    parts = [
+        checkpoint(head, h, t, use_reentrant=False) if recompute else head(h, t) for h, t in chunks
+    ]
+    return tuple(torch.cat(column).view(targets.shape) for column in zip(*parts, strict=True))
+
+
+def _logprobs_of_logits(
+    logits: torch.Tensor, targets: torch.Tensor, return_entropy: bool, entropy_grad: bool
+) -> tuple[torch.Tensor, ...]:
+    """(log softmax(logits)[target], [entropy]) per position of (..., V) logits."""
+    token_logprobs = gathered_logprobs(logits, targets)
+    if not return_entropy:
+        return (token_logprobs,)
+    # Without an entropy bonus the entropy is only logged: keep it out of the autograd graph.
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        return token_logprobs, chunked_entropy(logits)
 
 
 # Rows of logits per chunk: about 16 M float32 values (64 MiB) of log-softmax at a time.

@@ -111,3 +111,74 @@ def test_gathered_logprobs_and_chunked_entropy_equal_the_full_log_softmax(monkey
     (grad_got,) = torch.autograd.grad((got_lp.sum() + got_h.sum()), logits)
     (grad_exp,) = torch.autograd.grad((expected_lp.sum() + expected_h.sum()), logits)
     torch.testing.assert_close(grad_got, grad_exp, atol=1e-5, rtol=0)
+
+
+def _vocab_sized_outputs(vocab, hidden):
+    """A dispatch mode that records the largest tensor any op makes whose last dimension is
+    the vocabulary (logits, softmax, their gradients), the head's (H, V) weight aside."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, tuple | list) else (out,):
+                if isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] == vocab:
+                    if t.shape == (hidden, vocab):  # the head's weight, transposed
+                        continue
+                    Largest.numel = max(Largest.numel, t.numel())
+            return out
+
+    return Largest()
+
+
+def _logprobs_entropy_and_grads(model, rows):
+    prompt_ids = [[5, 6, 7], [8, 9]] * (rows // 2)
+    response_ids, response_mask = _ids_and_mask(rows)
+    model.zero_grad()
+    lp, h = response_logprobs(
+        model, prompt_ids, response_ids, response_mask, PAD, temperature=0.7, return_entropy=True
+    )
+    (lp.sum() + 0.3 * h.sum()).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    return lp.detach(), h.detach(), grads
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_chunked_head_equals_the_whole_head_and_never_holds_all_logits(monkeypatch, tie):
+    """8 rows × 6 positions = 48 positions of V = 20 logits (960 values). With a budget of
+    60 values the head runs in chunks of 3 positions, recomputed in backward: log-probs,
+    entropy and every parameter's gradient equal the unchunked ones, and no tensor with
+    the vocabulary as last dimension ever exceeds one chunk (3 × 20), in forward or backward."""
+    from rlvr.models import logprobs as lp
+
+    config = tiny_qwen2_config(vocab_size=20, hidden=32, layers=2, heads=2, kv_heads=1)
+    config.tie_word_embeddings = tie
+    model = build_tiny_policy(config, seed=0)
+    spy = _vocab_sized_outputs(20, 32)
+    with spy:
+        whole = _logprobs_entropy_and_grads(model, 8)
+    assert spy.numel == 8 * 6 * 20  # the whole logits, as before
+    monkeypatch.setattr(lp, "CHUNK_VALUES", 60)
+    spy = _vocab_sized_outputs(20, 32)
+    with spy:
+        chunked = _logprobs_entropy_and_grads(model, 8)
+    assert spy.numel == 3 * 20
+    torch.testing.assert_close(chunked[0], whole[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(chunked[1], whole[1], atol=1e-5, rtol=0)
+    assert chunked[0][1, 4:].eq(0).all() and chunked[1][1, 4:].eq(0).all()
+    for name, grad in whole[2].items():
+        torch.testing.assert_close(chunked[2][name], grad, atol=1e-5, rtol=1e-4, msg=name)
+    with torch.no_grad():  # the reference and old-policy forwards: chunked, no recompute
+        ref = response_logprobs(model, [[5, 6, 7], [8, 9]] * 4, *_ids_and_mask(8), PAD, 0.7)
+    torch.testing.assert_close(ref, chunked[0], atol=1e-5, rtol=0)
+
+
+def _ids_and_mask(rows):
+    torch.manual_seed(1)
+    response_ids = torch.randint(2, 20, (rows, 6))
+    response_mask = torch.ones(rows, 6)
+    response_mask[1, 4:] = 0
+    return response_ids, response_mask
