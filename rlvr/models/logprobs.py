@@ -8,13 +8,15 @@ bf16 policy gives the same numbers as the sampler's float32 computation.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from rlvr.models.fused_llama import shared_prefix_hidden, supports
 
-SHARDED_LOGITS = "rlvr_sharded_logits"  # the attribute an FSDP-sharded policy carries
+SHARDED_HEAD = "rlvr_sharded_head"  # the attribute an FSDP-sharded policy carries
 
 
 def pack_prompt_response(
@@ -124,24 +126,43 @@ def response_logprobs(
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    device = next(model.parameters()).device
-    targets = response_ids.to(device).long()
     # FSDP gathers the root module's weights only inside a registered forward method: a
-    # sharded policy carries this function as one (rlvr/train/fsdp.py), and gets its full
-    # logits from it.
-    logits_of = getattr(model, SHARDED_LOGITS, None)
-    if logits_of is None:
-        hidden = response_hidden(model, prompt_ids, response_ids, response_mask, pad_id)
-        out = head_logprobs(
-            model, hidden, targets, temperature, fp32_head, return_entropy, entropy_grad
-        )
-    else:
-        logits = logits_of(prompt_ids, response_ids, response_mask, pad_id, fp32_head)
-        out = _logprobs_of_logits(logits / temperature, targets, return_entropy, entropy_grad)
-    valid = response_mask.to(device) > 0
+    # sharded policy carries `response_head` as one (rlvr/train/fsdp.py).
+    head = getattr(model, SHARDED_HEAD, None) or functools.partial(response_head, model)
+    out = head(
+        prompt_ids,
+        response_ids,
+        response_mask,
+        pad_id,
+        temperature,
+        fp32_head,
+        return_entropy,
+        entropy_grad,
+    )
+    valid = response_mask.to(out[0].device) > 0
     # where, not multiply: a -inf log-prob at a padded position would turn into NaN.
     masked = tuple(torch.where(valid, x, torch.zeros_like(x)) for x in out)
     return masked if return_entropy else masked[0]
+
+
+def response_head(
+    model: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    pad_id: int,
+    temperature: float,
+    fp32_head: bool,
+    return_entropy: bool,
+    entropy_grad: bool,
+) -> tuple[torch.Tensor, ...]:
+    """(log π, [entropy]) (B, T) of every response position, padding not yet masked: the
+    backbone (`response_hidden`), then the LM head (`head_logprobs`)."""
+    hidden = response_hidden(model, prompt_ids, response_ids, response_mask, pad_id)
+    targets = response_ids.to(hidden.device).long()
+    return head_logprobs(
+        model, hidden, targets, temperature, fp32_head, return_entropy, entropy_grad
+    )
 
 
 def response_hidden(
@@ -156,19 +177,6 @@ def response_hidden(
     if supports(model):
         return shared_prefix_hidden(model, prompt_ids, response_ids, response_mask, pad_id)
     return response_hidden_states(model.base_model, prompt_ids, response_ids, response_mask, pad_id)
-
-
-def response_logits(
-    model: torch.nn.Module,
-    prompt_ids: list[list[int]],
-    response_ids: torch.Tensor,
-    response_mask: torch.Tensor,
-    pad_id: int,
-    fp32_head: bool = True,
-) -> torch.Tensor:
-    """Logits (B, T, V) in float32 from which each response token is predicted."""
-    hidden = response_hidden(model, prompt_ids, response_ids, response_mask, pad_id)
-    return lm_head_logits(model, hidden, fp32_head)
 
 
 def head_logprobs(

@@ -9,8 +9,11 @@ supports; its reduce-scatter has no pre-multiplied sum).
 
 The trainer's forward (`rlvr.models.logprobs.response_logprobs`) runs the backbone and
 reads the LM head's weight itself, outside the root's `forward`, where FSDP would gather
-the root's weights; so the sharded root carries that computation as a registered forward
-method (`SHARDED_LOGITS`). The fused decode/prefix path reads weights directly and is
+the root's weights; so the sharded root carries that computation (`response_head`: the
+backbone, then the LM head in chunks of positions, each recomputed in the backward) as a
+registered forward method (`SHARDED_HEAD`). The root keeps its gathered weights from its
+forward to its backward (FSDP2 does not reshard the root after forward), which is where
+the chunks' recomputation reads them. The fused decode/prefix path reads weights directly and is
 switched off for a sharded model (`rlvr.models.fused_llama.supports`).
 
 Full state dicts travel through `torch.distributed.checkpoint.state_dict`: gathered to
@@ -36,7 +39,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard, register_fsdp_forward_method
 
-from rlvr.models.logprobs import SHARDED_LOGITS, response_logits
+from rlvr.models.logprobs import SHARDED_HEAD, response_head
 
 GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)  # rank 0 only, on the CPU
 SCATTER = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
@@ -66,13 +69,13 @@ def shard_policy(model: torch.nn.Module, mesh: DeviceMesh) -> None:
         )
     for layer in layers:
         fully_shard(layer, mesh=mesh)
-    setattr(model, SHARDED_LOGITS, functools.partial(response_logits, model))
+    setattr(model, SHARDED_HEAD, functools.partial(response_head, model))
     fully_shard(model, mesh=mesh)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)  # Σ over ranks, not the mean
             module.set_force_sum_reduction_for_comms(True)
-    register_fsdp_forward_method(model, SHARDED_LOGITS)
+    register_fsdp_forward_method(model, SHARDED_HEAD)
 
 
 def gather_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from test_data_parallel import CASES, _update, assert_equals_one_process, spawn_two_ranks
+from torch.utils.checkpoint import checkpoint
 
 from rlvr.models.fused_llama import supports
 from rlvr.train.data_parallel import DataParallel
@@ -37,10 +38,36 @@ def _rank(rank: int, world: int, init: str, out: str) -> None:
                 case, DataParallel(rank, world, sharded=True), shard=lambda m: _shard(m, world)
             )
             results.append((_full(grads), _full(weights), metrics))
+        results.append(_chunked_head_update(rank, world))
         if rank == 0:
             torch.save(results, out)
     finally:
         dist.destroy_process_group()
+
+
+CHUNKED_CASE = CASES[1]
+
+
+def _chunked_head_update(rank: int, world: int):
+    """`CHUNKED_CASE` with the LM head in chunks of 3 positions (V = 20), each recomputed
+    in the backward from the root's gathered weights; also how many chunks ran."""
+    from rlvr.models import logprobs
+
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return checkpoint(*args, **kwargs)
+
+    saved = logprobs.CHUNK_VALUES, logprobs.checkpoint
+    logprobs.CHUNK_VALUES, logprobs.checkpoint = 3 * 20, counted
+    try:
+        grads, weights, metrics = _update(
+            CHUNKED_CASE, DataParallel(rank, world, sharded=True), shard=lambda m: _shard(m, world)
+        )
+    finally:
+        logprobs.CHUNK_VALUES, logprobs.checkpoint = saved
+    return _full(grads), _full(weights), metrics, len(calls)
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +78,14 @@ def two_rank_results(tmp_path_factory):
 @pytest.mark.parametrize("index", range(len(FSDP_CASES)), ids=[str(c) for c in FSDP_CASES])
 def test_two_sharded_ranks_equal_one_process(two_rank_results, index):
     assert_equals_one_process(two_rank_results[index], FSDP_CASES[index])
+
+
+def test_a_sharded_policy_takes_its_lm_head_in_chunks(two_rank_results):
+    """The sharded root's registered forward runs the chunked head too: with 3 positions
+    per chunk, the gradient and weights equal one process's unchunked update."""
+    *result, chunks = two_rank_results[len(FSDP_CASES)]
+    assert chunks > 1
+    assert_equals_one_process(tuple(result), CHUNKED_CASE)
 
 
 def test_idle_micro_batches_even_out_the_ranks():
