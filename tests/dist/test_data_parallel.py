@@ -102,16 +102,18 @@ def spawn_two_ranks(rank_fn, tmp) -> list:
     return torch.load(out, weights_only=False)
 
 
-def assert_equals_one_process(result, case) -> None:
+def assert_equals_one_process(result, case, weight_atol: float = 1e-6) -> None:
     """Gradients, updated weights and loss metrics of a multi-rank update equal one
-    process's update on the whole batch of `case`."""
+    process's update on the whole batch of `case`. AdamW's first step moves a weight by
+    lr·g/(|g| + ε), which turns float noise in a near-zero gradient element into up to
+    lr·(noise/|g|): `weight_atol` allows for that where the two sides round differently."""
     grads, weights, metrics = result
     ref_grads, ref_weights, ref_metrics = _update(case, None)
     assert any(g.abs().sum() > 0 for g in ref_grads)  # the check compares something
     for a, b in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
     for a, b in zip(weights, ref_weights, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=weight_atol)
     for key in ("loss/policy", "train/grad_norm", "clip/ratio_mean"):
         if key in ref_metrics:
             assert metrics[key] == pytest.approx(ref_metrics[key], rel=1e-5, abs=1e-7)
