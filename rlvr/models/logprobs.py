@@ -214,7 +214,11 @@ def head_logprobs(
         strict=True,
     )
     parts = [
-        checkpoint(head, h, t, use_reentrant=False) if recompute else head(h, t) for h, t in chunks
+        # The head draws no random numbers: no RNG state to save and restore per chunk.
+        checkpoint(head, h, t, use_reentrant=False, preserve_rng_state=False)
+        if recompute
+        else head(h, t)
+        for h, t in chunks
     ]
     return tuple(torch.cat(column).view(targets.shape) for column in zip(*parts, strict=True))
 
