@@ -3,7 +3,9 @@
 Rows are `prompt + response`, right-padded, run in one forward pass. The LM head and the
 log-softmax run in float32 (the "FP32 LM head" of MiniMax-M1, arXiv:2506.13585, which
 found that low-precision logits make trainer and sampler probabilities disagree), so a
-bf16 policy gives the same numbers as the sampler's float32 computation.
+bf16 policy gives the same numbers as the sampler's float32 computation. With a large
+vocabulary the head runs over chunks of positions, recomputed in the backward, so the
+batch's whole logits never exist at once (`head_logprobs`).
 """
 
 from __future__ import annotations
@@ -235,7 +237,8 @@ def _logprobs_of_logits(
         return token_logprobs, chunked_entropy(logits)
 
 
-# Rows of logits per chunk: about 16 M float32 values (64 MiB) of log-softmax at a time.
+# Logits per chunk of positions (`head_logprobs`, `chunked_entropy`): about 16 M float32
+# values (64 MiB) at a time.
 CHUNK_VALUES = 1 << 24
 
 

@@ -13,8 +13,8 @@ the root's weights; so the sharded root carries that computation (`response_head
 backbone, then the LM head in chunks of positions, each recomputed in the backward) as a
 registered forward method (`SHARDED_HEAD`). The root keeps its gathered weights from its
 forward to its backward (FSDP2 does not reshard the root after forward), which is where
-the chunks' recomputation reads them. The fused decode/prefix path reads weights directly and is
-switched off for a sharded model (`rlvr.models.fused_llama.supports`).
+the chunks' recomputation reads them. The fused decode/prefix path reads weights
+directly and is switched off for a sharded model (`rlvr.models.fused_llama.supports`).
 
 Full state dicts travel through `torch.distributed.checkpoint.state_dict`: gathered to
 rank 0 on the CPU, or broadcast from rank 0 and sharded. The policy optimizer's full
