@@ -7,7 +7,8 @@ values (1.2 GiB), the biggest tensor of the step, kept for backward, with as muc
 for their gradient. `rlvr.models.logprobs.head_logprobs` takes `CHUNK_VALUES` (64 MiB) of
 them at a time instead. Each measurement runs in a fresh process (peak resident memory
 only grows within a process), the two alternating, `--rounds` times; the script prints
-each one's median peak memory above the process's resident memory before the forward,
+each one's median peak memory above what the process held before the forward (resident
+memory on a CPU, `torch.cuda.max_memory_allocated` on a GPU, used when there is one),
 the median seconds of one forward + backward, and the ratios.
 
 Run: python benchmarks/bench_logprobs.py [--rounds 3] [--vocab 151936] [--tokens 256]
@@ -33,19 +34,32 @@ def child(mode: str, vocab: int, tokens: int) -> None:
 
     if mode == "whole":
         logprobs.CHUNK_VALUES = WHOLE
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     config = tiny_qwen2_config(vocab_size=vocab, hidden=64, layers=2, heads=2, kv_heads=1)
-    model = build_tiny_policy(config, seed=0)
+    model = build_tiny_policy(config, seed=0).to(device)
     generator = torch.Generator().manual_seed(0)
     prompts = torch.randint(2, vocab, (8, 16), generator=generator).tolist()
     response_ids = torch.randint(2, vocab, (8, tokens), generator=generator)
     response_mask = torch.ones(8, tokens)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = _peak_bytes(device)
     start = time.perf_counter()
     lp = response_logprobs(model, prompts, response_ids, response_mask, 0, return_entropy=False)
     lp.sum().backward()
+    if device == "cuda":
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"peak_mib": (peak - before) / 1024, "seconds": seconds}))
+    peak = _peak_bytes(device)
+    print(json.dumps({"peak_mib": (peak - before) / 2**20, "seconds": seconds, "device": device}))
+
+
+def _peak_bytes(device: str) -> int:
+    """The process's peak resident memory (CPU; Linux reports KiB) or the GPU's peak
+    allocation."""
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.max_memory_allocated()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def measure(mode: str, vocab: int, tokens: int) -> dict[str, float]:
@@ -71,12 +85,13 @@ def main() -> None:
         for mode in ("chunked", "whole") if i % 2 == 0 else ("whole", "chunked"):
             runs[mode].append(measure(mode, args.vocab, args.tokens))
     med = {
-        mode: {k: statistics.median(r[k] for r in rows) for k in ("peak_mib", "seconds")}
+        mode: {k: statistics.median(float(r[k]) for r in rows) for k in ("peak_mib", "seconds")}
         for mode, rows in runs.items()
     }
     whole_gib = 8 * args.tokens * args.vocab * 4 / 2**30
     print(
-        f"8 rows x {args.tokens} tokens, vocabulary {args.vocab}: whole logits {whole_gib:.2f} GiB"
+        f"8 rows x {args.tokens} tokens, vocabulary {args.vocab}, "
+        f"{runs['chunked'][0]['device']}: whole logits {whole_gib:.2f} GiB"
     )
     for mode, m in med.items():
         print(f"{mode:<8} peak +{m['peak_mib']:8.0f} MiB  {m['seconds']:6.2f} s forward+backward")
