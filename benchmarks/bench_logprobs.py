@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,7 @@ WHOLE = 1 << 62  # a chunk budget no batch reaches: one chunk, the whole logits
 
 def child(mode: str, vocab: int, tokens: int) -> None:
     import torch
+    from harness import peak_bytes
 
     from rlvr.models import build_tiny_policy, logprobs, response_logprobs, tiny_qwen2_config
 
@@ -41,25 +41,15 @@ def child(mode: str, vocab: int, tokens: int) -> None:
     prompts = torch.randint(2, vocab, (8, 16), generator=generator).tolist()
     response_ids = torch.randint(2, vocab, (8, tokens), generator=generator)
     response_mask = torch.ones(8, tokens)
-    before = _peak_bytes(device)
+    before = peak_bytes()
     start = time.perf_counter()
     lp = response_logprobs(model, prompts, response_ids, response_mask, 0, return_entropy=False)
     lp.sum().backward()
     if device == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    peak = _peak_bytes(device)
+    peak = peak_bytes()
     print(json.dumps({"peak_mib": (peak - before) / 2**20, "seconds": seconds, "device": device}))
-
-
-def _peak_bytes(device: str) -> int:
-    """The process's peak resident memory (CPU; Linux reports KiB) or the GPU's peak
-    allocation."""
-    if device == "cuda":
-        import torch
-
-        return torch.cuda.max_memory_allocated()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def measure(mode: str, vocab: int, tokens: int) -> dict[str, float]:

@@ -20,23 +20,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
-import subprocess
 import sys
 import time
 
 import torch
+from harness import contestants, peak_bytes
 
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.tasks import make_task
 from rlvr.warmstart import load_policy
-
-
-def _peak_bytes() -> int:
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
 def hf_generate(model, tokenizer, prompts, group, max_new_tokens, seed, forced=False):
@@ -102,7 +95,7 @@ def serve(side: str, tokens: int, forced: bool, compile: bool) -> None:
     """Child process: one side. After a warm-up call (rlvr's compiles with `compile`) it
     prints one JSON line {warmup_s, tokens}; then, per line read, it times one call and
     prints {s}; at the end of input it prints the peak memory its calls added."""
-    before = _peak_bytes()
+    before = peak_bytes()
     run = _side(side, tokens, forced, compile)
     start = time.perf_counter()
     generated = run()
@@ -111,7 +104,7 @@ def serve(side: str, tokens: int, forced: bool, compile: bool) -> None:
         start = time.perf_counter()
         run()
         print(json.dumps({"s": time.perf_counter() - start}), flush=True)
-    print(json.dumps({"peak_mib": (_peak_bytes() - before) / 2**20}), flush=True)
+    print(json.dumps({"peak_mib": (peak_bytes() - before) / 2**20}), flush=True)
 
 
 def alternate(flags: list[str], repeats: int) -> dict[str, dict]:
@@ -119,29 +112,17 @@ def alternate(flags: list[str], repeats: int) -> dict[str, dict]:
     order flipped every round), so that drift in the machine's speed hits both alike.
     Returns per side: median ms, tokens per call, tokens/s, warm-up seconds, peak MiB;
     and `paired`, the median over rounds of the tokens/s ratio within a round."""
-    procs = {
-        side: subprocess.Popen(
-            [sys.executable, __file__, f"--side={side}", *flags],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for side in ("rlvr", "hf")
-    }
-    out = {side: {"times": [], **json.loads(p.stdout.readline())} for side, p in procs.items()}
-    for i in range(repeats):
-        for side in ("rlvr", "hf") if i % 2 == 0 else ("hf", "rlvr"):
-            procs[side].stdin.write("go\n")
-            procs[side].stdin.flush()
-            out[side]["times"].append(json.loads(procs[side].stdout.readline())["s"])
-    for side, proc in procs.items():
-        proc.stdin.close()
-        out[side].update(json.loads(proc.stdout.readline()))
-        if proc.wait() != 0:
-            raise RuntimeError(f"the {side} process exited with code {proc.returncode}")
-        r = out[side]
-        r["ms"] = statistics.median(r["times"]) * 1000
-        r["tokens_per_s"] = r["tokens"] / statistics.median(r["times"])
+    argv = lambda side: [sys.executable, __file__, f"--side={side}", *flags]  # noqa: E731
+    with contestants(("rlvr", "hf"), argv) as procs:
+        out = {side: {"times": [], **p.receive()} for side, p in procs.items()}
+        for i in range(repeats):
+            for side in ("rlvr", "hf") if i % 2 == 0 else ("hf", "rlvr"):
+                out[side]["times"].append(procs[side].step()["s"])
+        for side, proc in procs.items():
+            r = out[side]
+            r.update(proc.finish())
+            r["ms"] = statistics.median(r["times"]) * 1000
+            r["tokens_per_s"] = r["tokens"] / statistics.median(r["times"])
     rlvr, hf = out["rlvr"], out["hf"]
     out["paired"] = statistics.median(
         (rlvr["tokens"] / a) / (hf["tokens"] / b)

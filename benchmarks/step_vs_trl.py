@@ -50,7 +50,6 @@ import os
 import signal
 import statistics
 import string
-import subprocess
 import sys
 import tempfile
 import threading
@@ -60,6 +59,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 
 import torch
+from harness import contestants
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from rlvr.algo import prepare_batch
@@ -441,57 +441,6 @@ def child(name: str, size: str, loss: str, tokens: int, group: int, steps: int, 
         raise ValueError(f"{name} asked for a step after its last ({steps})")
 
 
-class Contestant:
-    """The driver's end of one contestant's process."""
-
-    def __init__(self, name: str, argv: list[str]) -> None:
-        self.name = name
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-    def receive(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            code = self.proc.wait()
-            raise RuntimeError(
-                f"contestant {self.name!r} exited with code {code} before answering "
-                "(its stderr is above)"
-            )
-        return json.loads(line)
-
-    def step(self) -> dict[str, float]:
-        self.proc.stdin.write("step\n")
-        self.proc.stdin.flush()
-        return self.receive()
-
-    def close(self, abort: bool) -> None:
-        """Close its input (it exits at the end of input); on `abort`, also SIGTERM it.
-        SIGKILL whatever is still running after the grace period."""
-        if abort:
-            self.proc.terminate()
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10 if abort else 120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-@contextmanager
-def contestants(argv):
-    """One process per contestant, all ended on the way out, whatever happened."""
-    procs: dict[str, Contestant] = {}
-    abort = True
-    try:
-        for name in CONTESTANTS:
-            procs[name] = Contestant(name, argv(name))
-        yield procs
-        abort = False
-    finally:
-        for proc in procs.values():
-            proc.close(abort)
-
-
 def check_ready(ready: dict[str, dict], threads: int) -> None:
     """Every process must have built the same weights and use the driver's thread count."""
     digests = {r["weights"] for r in ready.values()}
@@ -510,7 +459,8 @@ def run_setting(size, loss, reps, warmup, tokens, group, threads: int):
     flags += [f"--tokens={tokens}", f"--group={group}", f"--threads={threads}"]
     flags += ["--compile"] if RlvrSide.compile_decode else []
     script = os.path.abspath(__file__)
-    with contestants(lambda name: [sys.executable, script, f"--child={name}", *flags]) as procs:
+    argv = lambda name: [sys.executable, script, f"--child={name}", *flags]  # noqa: E731
+    with contestants(CONTESTANTS, argv) as procs:
         ready = {name: proc.receive() for name, proc in procs.items()}
         check_ready(ready, threads)
         times: dict[str, list] = {name: [] for name in procs}
@@ -608,7 +558,7 @@ def report(size, loss, params, results, first: bool) -> None:
     sys.stdout.flush()
 
 
-MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+MATMUL_OPS = ("mm", "addmm", "bmm", "baddbmm")  # aten ops, as dispatched and profiled
 
 
 class MatmulFlops(TorchDispatchMode):
@@ -620,7 +570,7 @@ class MatmulFlops(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
-        if name in ("mm", "addmm", "bmm", "baddbmm"):
+        if name in MATMUL_OPS:
             a, b = args[-2:] if name in ("addmm", "baddbmm") else args[:2]
             self.flops += 2 * a.numel() * b.shape[-1]  # (…, m, k) @ (…, k, n)
         return func(*args, **(kwargs or {}))
@@ -654,7 +604,11 @@ def floor(size, loss, tokens, group) -> dict[str, float]:
         side.step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         wall = side.step()["step"]
-    in_matmul = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in MATMUL_OPS)
+    in_matmul = sum(
+        e.self_cpu_time_total
+        for e in prof.key_averages()
+        if e.key.removeprefix("aten::") in MATMUL_OPS
+    )
     rate = best_gemm_rate()
     flops = counter.flops
     # A share, not seconds: the alternating run's step times and this one were measured
