@@ -26,8 +26,11 @@ wall time does; with `--in-process` it is the shared process's).
 The `floor:` line (skip with `--no-floor`) says what bounds rlvr's step from below: the
 matrix-multiply FLOPs of one step (forward and backward, counted op by op), the seconds
 they would take at this machine's best fp32 GEMM rate (a 1024³ product, measured then),
-and the share of a profiled rlvr step spent inside matrix multiplies, applied to rlvr's
-median step. TRL's step time over that is a ratio no cut of rlvr's other work can beat.
+the share of a profiled rlvr step spent inside matrix multiplies, and the share that the
+step's own products take when replayed alone, in the same order on the same memory
+(`replay`); each share applied to rlvr's median step. TRL's step time over the replayed
+products is a ratio that no cut of rlvr's other work can beat: only faster or fewer
+matrix multiplies can.
 
 rlvr's step is the body of `Trainer.train_step` (generate → rewards → `prepare_batch` →
 `policy_update`) without the task registry and prompt pool. TRL runs offline: the
@@ -57,6 +60,7 @@ import time
 import warnings
 from collections import defaultdict
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from harness import contestants
@@ -561,19 +565,66 @@ def report(size, loss, params, results, first: bool) -> None:
 MATMUL_OPS = ("mm", "addmm", "bmm", "baddbmm")  # aten ops, as dispatched and profiled
 
 
-class MatmulFlops(TorchDispatchMode):
-    """Counts 2·m·k·n for every matrix multiply dispatched (forward and backward)."""
+class MatmulTrace(TorchDispatchMode):
+    """Records every matrix multiply dispatched (forward and backward), in order: the op,
+    each operand's address, shape and strides, the keyword arguments; and counts
+    2·m·k·n FLOPs per product."""
 
     def __init__(self) -> None:
         super().__init__()
         self.flops = 0
+        self.calls: list[tuple] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         if name in MATMUL_OPS:
             a, b = args[-2:] if name in ("addmm", "baddbmm") else args[:2]
             self.flops += 2 * a.numel() * b.shape[-1]  # (…, m, k) @ (…, k, n)
+            operands = [_Operand.of(x) if isinstance(x, torch.Tensor) else x for x in args]
+            self.calls.append((func, operands, dict(kwargs or {})))
         return func(*args, **(kwargs or {}))
+
+
+@dataclass(frozen=True)
+class _Operand:
+    address: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> _Operand:
+        return cls(t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+    def extent(self) -> int:
+        return 1 + sum((n - 1) * step for n, step in zip(self.shape, self.stride, strict=True))
+
+
+def replay(calls: list[tuple]):
+    """A function that runs the recorded products again, alone and in their order. An
+    operand's address picks its buffer, so products that read the same tensor (a weight)
+    read the same buffer again, and activations reuse memory the way the allocator
+    reused it: the caches see the step's memory, less everything between the products."""
+    extent: dict[tuple, int] = {}
+    for _, operands, _ in calls:
+        for x in operands:
+            if isinstance(x, _Operand):
+                key = (x.address, x.dtype)
+                extent[key] = max(extent.get(key, 0), x.extent())
+    buffers = {key: torch.randn(n).to(key[1]) for key, n in extent.items()}
+
+    def materialize(x):
+        if not isinstance(x, _Operand):
+            return x
+        return buffers[(x.address, x.dtype)].as_strided(x.shape, x.stride)
+
+    ready = [(func, [materialize(x) for x in operands], kw) for func, operands, kw in calls]
+
+    def run() -> None:
+        for func, args, kwargs in ready:
+            func(*args, **kwargs)
+
+    return run
 
 
 def best_gemm_rate(size: int = 1024, reps: int = 10) -> float:
@@ -589,18 +640,20 @@ def best_gemm_rate(size: int = 1024, reps: int = 10) -> float:
     return 2 * size**3 / best
 
 
-def floor(size, loss, tokens, group) -> dict[str, float]:
-    """What bounds rlvr's step from below: the matrix-multiply FLOPs of one step (counted
-    by `MatmulFlops`, forward and backward), the seconds those take at the best fp32
-    GEMM rate measured now, and the share of its time a step spends inside matrix
-    multiplies (one profiled step after three unprofiled ones, in this process)."""
+def floor(size, loss, tokens, group, rounds: int = 5) -> dict[str, float]:
+    """What bounds rlvr's step from below, measured in this process on a fresh rlvr side:
+    the matrix-multiply FLOPs of one step (forward and backward, recorded by
+    `MatmulTrace`) and the seconds those take at the best fp32 GEMM rate measured now;
+    the share of a profiled step spent inside matrix multiplies; and the share that the
+    step's own products take when `replay`ed alone, in order (median of `rounds`, each
+    round a real step then a replay, so that drift hits both alike)."""
     from torch.profiler import ProfilerActivity, profile
 
     hf_tok = build_hf_tokenizer()
     side = RlvrSide(build_model(size, len(hf_tok)), hf_tok, loss, tokens, group)
     for _ in range(2):
         side.step()
-    with MatmulFlops() as counter:
+    with MatmulTrace() as trace:
         side.step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         wall = side.step()["step"]
@@ -609,25 +662,43 @@ def floor(size, loss, tokens, group) -> dict[str, float]:
         for e in prof.key_averages()
         if e.key.removeprefix("aten::") in MATMUL_OPS
     )
+    products = replay(trace.calls)
+    products()  # warm-up
+    shares = []
+    for _ in range(rounds):
+        real = side.step()["step"]
+        start = time.perf_counter()
+        products()
+        shares.append((time.perf_counter() - start) / real)
     rate = best_gemm_rate()
-    flops = counter.flops
-    # A share, not seconds: the alternating run's step times and this one were measured
-    # at different moments, and the machine's speed drifts. The profiler slows small ops
-    # more than matrix multiplies, so the share errs low and the ceiling below errs high.
-    return {"flops": flops, "rate": rate, "ideal_s": flops / rate, "share": in_matmul / 1e6 / wall}
+    # Shares, not seconds: the alternating run's step times and these were measured at
+    # different moments, and the machine's speed drifts. The profiler slows small ops
+    # more than matrix multiplies, so its share errs low and its ceiling below errs high.
+    return {
+        "flops": trace.flops,
+        "products": len(trace.calls),
+        "rate": rate,
+        "ideal_s": trace.flops / rate,
+        "share": in_matmul / 1e6 / wall,
+        "alone_share": statistics.median(shares),
+    }
 
 
 def report_floor(bound: dict[str, float], results) -> None:
     step = {name: statistics.median(t["step"] for t in results[name]) for name in CONTESTANTS}
     in_matmul = step["rlvr"] * bound["share"]
+    alone = step["rlvr"] * bound["alone_share"]
     print(
-        f"floor: rlvr's step multiplies {bound['flops'] / 1e9:.1f} GFLOP of matrices; at "
-        f"{bound['rate'] / 1e9:.0f} GFLOP/s (this machine's best fp32 GEMM, 1024^3, now) that "
-        f"is {bound['ideal_s']:.3f} s. A profiled rlvr step spends {bound['share']:.0%} of "
-        f"its time inside matrix multiplies: {in_matmul:.3f} s of the median step above. "
-        f"TRL-default / that: {step['trl'] / in_matmul:.2f}x, TRL-no-checkpointing / that: "
-        f"{step['trl_nogc'] / in_matmul:.2f}x: ratios that no cut of rlvr's other work can "
-        "beat without faster matrix multiplies"
+        f"floor: rlvr's step multiplies {bound['flops'] / 1e9:.1f} GFLOP of matrices "
+        f"({bound['products']} products); at {bound['rate'] / 1e9:.0f} GFLOP/s (this machine's "
+        f"best fp32 GEMM, 1024^3, now) that is {bound['ideal_s']:.3f} s. A profiled rlvr step "
+        f"spends {bound['share']:.0%} of its time inside matrix multiplies: {in_matmul:.3f} s of "
+        f"the median step above; TRL-default / that: {step['trl'] / in_matmul:.2f}x, "
+        f"TRL-no-checkpointing / that: {step['trl_nogc'] / in_matmul:.2f}x. The same products "
+        f"replayed alone, in order, take {bound['alone_share']:.0%} of a step's time: "
+        f"{alone:.3f} s; TRL-default / that: {step['trl'] / alone:.2f}x, "
+        f"TRL-no-checkpointing / that: {step['trl_nogc'] / alone:.2f}x: ratios that no cut "
+        "of rlvr's other work can beat without faster (or fewer) matrix multiplies"
     )
     sys.stdout.flush()
 
