@@ -653,8 +653,17 @@ def floor(size, loss, tokens, group, rounds: int = 5) -> dict[str, float]:
     side = RlvrSide(build_model(size, len(hf_tok)), hf_tok, loss, tokens, group)
     for _ in range(2):
         side.step()
+    generate, ends = side.engine.generate_ids, []
+
+    def marked(*args, **kwargs):  # where the generation's products end in the trace
+        out = generate(*args, **kwargs)
+        ends.append(len(trace.calls))
+        return out
+
+    side.engine.generate_ids = marked
     with MatmulTrace() as trace:
         side.step()
+    side.engine.generate_ids = generate
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         wall = side.step()["step"]
     in_matmul = sum(
@@ -662,14 +671,17 @@ def floor(size, loss, tokens, group, rounds: int = 5) -> dict[str, float]:
         for e in prof.key_averages()
         if e.key.removeprefix("aten::") in MATMUL_OPS
     )
-    products = replay(trace.calls)
-    products()  # warm-up
-    shares = []
-    for _ in range(rounds):
-        real = side.step()["step"]
-        start = time.perf_counter()
-        products()
-        shares.append((time.perf_counter() - start) / real)
+    parts = {"generation": replay(trace.calls[: ends[0]]), "rest": replay(trace.calls[ends[0] :])}
+    alone, real = defaultdict(float), defaultdict(float)  # summed over counted rounds
+    for counted in [False] + [True] * rounds:  # a warm-up round first
+        times = side.step()
+        times["rest"] = times["step"] - times["generation"]
+        for part, products in parts.items():
+            start = time.perf_counter()
+            products()
+            alone[part] += counted * (time.perf_counter() - start)
+            real[part] += counted * times[part]
+    real["step"], alone["step"] = sum(real.values()), sum(alone.values())
     rate = best_gemm_rate()
     # Shares, not seconds: the alternating run's step times and these were measured at
     # different moments, and the machine's speed drifts. The profiler slows small ops
@@ -680,14 +692,14 @@ def floor(size, loss, tokens, group, rounds: int = 5) -> dict[str, float]:
         "rate": rate,
         "ideal_s": trace.flops / rate,
         "share": in_matmul / 1e6 / wall,
-        "alone_share": statistics.median(shares),
+        **{f"alone_{part}": alone[part] / real[part] for part in real},
     }
 
 
 def report_floor(bound: dict[str, float], results) -> None:
     step = {name: statistics.median(t["step"] for t in results[name]) for name in CONTESTANTS}
     in_matmul = step["rlvr"] * bound["share"]
-    alone = step["rlvr"] * bound["alone_share"]
+    alone = step["rlvr"] * bound["alone_step"]
     print(
         f"floor: rlvr's step multiplies {bound['flops'] / 1e9:.1f} GFLOP of matrices "
         f"({bound['products']} products); at {bound['rate'] / 1e9:.0f} GFLOP/s (this machine's "
@@ -695,8 +707,9 @@ def report_floor(bound: dict[str, float], results) -> None:
         f"spends {bound['share']:.0%} of its time inside matrix multiplies: {in_matmul:.3f} s of "
         f"the median step above; TRL-default / that: {step['trl'] / in_matmul:.2f}x, "
         f"TRL-no-checkpointing / that: {step['trl_nogc'] / in_matmul:.2f}x. The same products "
-        f"replayed alone, in order, take {bound['alone_share']:.0%} of a step's time: "
-        f"{alone:.3f} s; TRL-default / that: {step['trl'] / alone:.2f}x, "
+        f"replayed alone, in order, take {bound['alone_step']:.0%} of a step's time "
+        f"({bound['alone_generation']:.0%} of the generation's, {bound['alone_rest']:.0%} of "
+        f"the rest's): {alone:.3f} s; TRL-default / that: {step['trl'] / alone:.2f}x, "
         f"TRL-no-checkpointing / that: {step['trl_nogc'] / alone:.2f}x: ratios that no cut "
         "of rlvr's other work can beat without faster (or fewer) matrix multiplies"
     )
