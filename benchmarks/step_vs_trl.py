@@ -657,7 +657,7 @@ def floor(size, loss, tokens, group, rounds: int = 5) -> dict[str, float]:
 
     def marked(*args, **kwargs):  # where the generation's products end in the trace
         out = generate(*args, **kwargs)
-        ends.append(len(trace.calls))
+        ends.append((len(trace.calls), trace.flops))
         return out
 
     side.engine.generate_ids = marked
@@ -671,7 +671,8 @@ def floor(size, loss, tokens, group, rounds: int = 5) -> dict[str, float]:
         for e in prof.key_averages()
         if e.key.removeprefix("aten::") in MATMUL_OPS
     )
-    parts = {"generation": replay(trace.calls[: ends[0]]), "rest": replay(trace.calls[ends[0] :])}
+    (cut, gen_flops), *_ = ends
+    parts = {"generation": replay(trace.calls[:cut]), "rest": replay(trace.calls[cut:])}
     alone, real = defaultdict(float), defaultdict(float)  # summed over counted rounds
     for counted in [False] + [True] * rounds:  # a warm-up round first
         times = side.step()
@@ -693,6 +694,9 @@ def floor(size, loss, tokens, group, rounds: int = 5) -> dict[str, float]:
         "ideal_s": trace.flops / rate,
         "share": in_matmul / 1e6 / wall,
         **{f"alone_{part}": alone[part] / real[part] for part in real},
+        # FLOP/s of the products replayed in order
+        "rate_generation": gen_flops * rounds / alone["generation"],
+        "rate_rest": (trace.flops - gen_flops) * rounds / alone["rest"],
     }
 
 
@@ -709,7 +713,9 @@ def report_floor(bound: dict[str, float], results) -> None:
         f"TRL-no-checkpointing / that: {step['trl_nogc'] / in_matmul:.2f}x. The same products "
         f"replayed alone, in order, take {bound['alone_step']:.0%} of a step's time "
         f"({bound['alone_generation']:.0%} of the generation's, {bound['alone_rest']:.0%} of "
-        f"the rest's): {alone:.3f} s; TRL-default / that: {step['trl'] / alone:.2f}x, "
+        f"the rest's), at {bound['rate_generation'] / 1e9:.0f} GFLOP/s in the generation and "
+        f"{bound['rate_rest'] / 1e9:.0f} GFLOP/s in the rest: "
+        f"{alone:.3f} s; TRL-default / that: {step['trl'] / alone:.2f}x, "
         f"TRL-no-checkpointing / that: {step['trl_nogc'] / alone:.2f}x: ratios that no cut "
         "of rlvr's other work can beat without faster (or fewer) matrix multiplies"
     )
