@@ -581,7 +581,11 @@ class MatmulTrace(TorchDispatchMode):
             a, b = args[-2:] if name in ("addmm", "baddbmm") else args[:2]
             self.flops += 2 * a.numel() * b.shape[-1]  # (…, m, k) @ (…, k, n)
             operands = [_Operand.of(x) if isinstance(x, torch.Tensor) else x for x in args]
-            self.calls.append((func, operands, dict(kwargs or {})))
+            named = {
+                k: _Operand.of(x) if isinstance(x, torch.Tensor) else x
+                for k, x in (kwargs or {}).items()
+            }  # e.g. `out=` of compiled code
+            self.calls.append((func, operands, named))
         return func(*args, **(kwargs or {}))
 
 
@@ -606,8 +610,8 @@ def replay(calls: list[tuple]):
     read the same buffer again, and activations reuse memory the way the allocator
     reused it: the caches see the step's memory, less everything between the products."""
     extent: dict[tuple, int] = {}
-    for _, operands, _ in calls:
-        for x in operands:
+    for _, operands, named in calls:
+        for x in (*operands, *named.values()):
             if isinstance(x, _Operand):
                 key = (x.address, x.dtype)
                 extent[key] = max(extent.get(key, 0), x.extent())
@@ -618,7 +622,10 @@ def replay(calls: list[tuple]):
             return x
         return buffers[(x.address, x.dtype)].as_strided(x.shape, x.stride)
 
-    ready = [(func, [materialize(x) for x in operands], kw) for func, operands, kw in calls]
+    ready = [
+        (func, [materialize(x) for x in operands], {k: materialize(x) for k, x in named.items()})
+        for func, operands, named in calls
+    ]
 
     def run() -> None:
         for func, args, kwargs in ready:
@@ -644,9 +651,10 @@ def floor(size, loss, tokens, group, rounds: int = 5) -> dict[str, float]:
     """What bounds rlvr's step from below, measured in this process on a fresh rlvr side:
     the matrix-multiply FLOPs of one step (forward and backward, recorded by
     `MatmulTrace`) and the seconds those take at the best fp32 GEMM rate measured now;
-    the share of a profiled step spent inside matrix multiplies; and the share that the
-    step's own products take when `replay`ed alone, in order (median of `rounds`, each
-    round a real step then a replay, so that drift hits both alike)."""
+    the share of a profiled step spent inside matrix multiplies; and the share of the
+    step, of its generation and of the rest that the step's own products take when
+    `replay`ed alone, in order, with their FLOP/s so (sums over `rounds`, each round a
+    real step then the replays, so that drift hits both alike)."""
     from torch.profiler import ProfilerActivity, profile
 
     hf_tok = build_hf_tokenizer()
