@@ -91,6 +91,7 @@ def _rank(rank: int, world: int, init: str, out: str) -> None:
         results = [_update(case, DataParallel(rank, world)) for case in CASES]
         if rank == 0:
             torch.save(results, out)
+        dist.barrier()  # no rank tears down while another is still talking
     finally:
         dist.destroy_process_group()
 

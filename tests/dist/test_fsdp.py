@@ -41,6 +41,7 @@ def _rank(rank: int, world: int, init: str, out: str) -> None:
         results.append(_chunked_head_update(rank, world))
         if rank == 0:
             torch.save(results, out)
+        dist.barrier()  # no rank tears down while another is still talking
     finally:
         dist.destroy_process_group()
 

@@ -34,6 +34,7 @@ def _rank(rank: int, world: int, init: str, cfg, out: str) -> None:
         metrics = trainer.train_step()
         weights = [p.detach().clone() for p in trainer.model.parameters()]
         torch.save((metrics, weights), f"{out}.{rank}")
+        dist.barrier()  # no rank tears down while another is still talking
     finally:
         dist.destroy_process_group()
 
@@ -68,6 +69,7 @@ def _run_rank(rank: int, world: int, port: int, cfg) -> None:
     )
     try:
         run_training(cfg)
+        dist.barrier()  # no rank tears down while another is still talking
     finally:
         dist.destroy_process_group()
 

@@ -36,6 +36,7 @@ def _rank(rank: int, world: int, init: str, cfg, out: str) -> None:
         if rank == 0:  # its unsharded copy, gathered from the shards after the update
             weights = [p.detach().clone() for p in trainer.full_policy.parameters()]
             torch.save((metrics, weights), out)
+        dist.barrier()  # no rank tears down while another is still talking
     finally:
         dist.destroy_process_group()
 
@@ -71,6 +72,7 @@ def _run_rank(rank: int, world: int, port: int, cfg, mode: str) -> None:
     )
     try:
         run_training(cfg, mode)
+        dist.barrier()  # no rank tears down while another is still talking
     finally:
         dist.destroy_process_group()
 
