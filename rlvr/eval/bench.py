@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,30 +59,57 @@ def score_items(
                 }
             )
         records += [
-            _item_record(task.name, p, s, settings.k) for p, s in zip(chunk, samples, strict=True)
+            _item_record(task, p, s, settings.k) for p, s in zip(chunk, samples, strict=True)
         ]
     return records
 
 
 def _item_record(
-    task: str, problem: Problem, samples: list[dict[str, Any]], k: int
+    task: Task, problem: Problem, samples: list[dict[str, Any]], k: int
 ) -> dict[str, Any]:
     """One line of the `--items` file; `rlvr compare --items` reads it (rlvr/eval/paired.py)."""
     correct = [s["correct"] for s in samples]
+    same = same_answer(task, problem, samples)
     return {
         "uid": problem.uid,
-        "task": task,
+        "task": task.name,
         "prompt": problem.prompt,
         "answer": problem.answer,
         "n": len(samples),
         "c": sum(correct),
         "avg": sum(correct) / len(samples),
-        "maj": majority_correct([s["extracted"] for s in samples], correct),
+        "maj": majority_correct([s["extracted"] for s in samples], correct, same),
         "format_rate": sum(s["formatted"] for s in samples) / len(samples),
         "mean_tokens": sum(s["tokens"] for s in samples) / len(samples),
         "samples": samples,
         **{f"pass@{j}": pass_at_k(len(samples), sum(correct), j) for j in pass_ks(k)},
     }
+
+
+def same_answer(
+    task: Task, problem: Problem, samples: list[dict[str, Any]]
+) -> Callable[[int, int], bool]:
+    """Whether samples i and j of `problem` gave the same answer, by the task's verifier.
+
+    Two correct answers are the same (both equal the reference; for a task with many right
+    answers, such as countdown, any right answer is the consensus); a correct and a wrong
+    one never are. Two wrong formatted answers are the same when each is judged correct
+    with the other's extracted answer as the reference, so ``1/2`` and ``0.5`` pool their
+    votes under the math verifier. An unformatted answer matches only by its text.
+    """
+
+    def accepts(text: str, reference: str) -> bool:
+        return task.verify(replace(problem, answer=reference), text).correct
+
+    def same(i: int, j: int) -> bool:
+        a, b = samples[i], samples[j]
+        if a["correct"] or b["correct"]:
+            return a["correct"] and b["correct"]
+        if not (a["formatted"] and b["formatted"]):
+            return False
+        return accepts(a["text"], b["extracted"]) and accepts(b["text"], a["extracted"])
+
+    return same
 
 
 def pass_ks(k: int) -> list[int]:

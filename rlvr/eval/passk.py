@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -23,18 +23,43 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def majority_correct(answers: Sequence[str | None], correct: Sequence[bool]) -> float:
-    """maj@k of one item: 1.0 if the most frequent extracted answer is correct.
+def majority_correct(
+    answers: Sequence[str | None],
+    correct: Sequence[bool],
+    equivalent: Callable[[int, int], bool] | None = None,
+) -> float:
+    """maj@k of one item: 1.0 if the most voted answer is correct.
 
-    Unformatted samples (answer None) do not vote; ties go to the answer seen first; an
-    answer group counts as correct when most of its samples were judged correct (answers
-    are grouped by their text with whitespace removed). 0.0 when nothing was extracted.
+    Answers are grouped into classes by `answer_classes` (same text up to whitespace, or
+    `equivalent(i, j)` of samples i and j, the task's verifier deciding that ``1/2`` and
+    ``0.5`` are one answer); each class gets one vote per sample. Unformatted samples
+    (answer None) do not vote; ties go to the class seen first; a class counts as correct
+    when most of its samples were judged correct. 0.0 when nothing was extracted.
     """
-    keys = [None if a is None else "".join(a.split()) for a in answers]
-    votes = Counter(k for k in keys if k is not None)
+    classes = answer_classes(answers, equivalent)
+    votes = Counter(c for c in classes if c is not None)
     if not votes:
         return 0.0
     top = max(votes.values())
-    winner = next(k for k in keys if k is not None and votes[k] == top)
-    members = [c for k, c in zip(keys, correct, strict=True) if k == winner]
+    winner = min(c for c, n in votes.items() if n == top)  # classes are numbered as first seen
+    members = [ok for c, ok in zip(classes, correct, strict=True) if c == winner]
     return float(sum(members) * 2 > len(members))
+
+
+def answer_classes(
+    answers: Sequence[str | None], equivalent: Callable[[int, int], bool] | None = None
+) -> list[int | None]:
+    """The class of every sample's answer (None: no answer), numbered 0, 1, … as first
+    seen. Equal texts (whitespace removed) share a class; a new text joins the first class
+    whose representative (its first sample) `equivalent` says is the same answer."""
+    keys = [None if a is None else "".join(a.split()) for a in answers]
+    class_of: dict[str, int] = {}
+    representatives: list[int] = []  # first sample of each class
+    for i, key in enumerate(keys):
+        if key is None or key in class_of:
+            continue
+        same = (c for c, r in enumerate(representatives) if equivalent and equivalent(i, r))
+        class_of[key] = next(same, len(representatives))
+        if class_of[key] == len(representatives):
+            representatives.append(i)
+    return [None if k is None else class_of[k] for k in keys]
