@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,6 +40,7 @@ def score_items(
         settings.k, settings.temperature, settings.top_p, settings.max_new_tokens
     )
     generator = torch.Generator().manual_seed(settings.seed)
+    uids = item_uids(problems)
     records = []
     for at in range(0, len(problems), settings.batch_size):
         chunk = problems[at : at + settings.batch_size]
@@ -61,7 +63,36 @@ def score_items(
         records += [
             _item_record(task, p, s, settings.k) for p, s in zip(chunk, samples, strict=True)
         ]
+    for record, uid in zip(records, uids, strict=True):
+        record["uid"] = uid
     return records
+
+
+ID_COLUMNS = ("id", "uid", "unique_id", "problem_id", "question_id")
+"""Columns that name a dataset row, tried in this order (MATH-500's is unique_id)."""
+
+
+def item_uids(problems: list[Problem]) -> list[str]:
+    """The data's own name of every item: the first of `ID_COLUMNS` that every row holds,
+    with no value repeated, as text. Else (synthetic tasks, data without ids) the task's
+    uid, which counts positions in the split (``gsm8k/eval/3``)."""
+    rows = [getattr(p, "columns", None) or {} for p in problems]
+    present = [c for c in ID_COLUMNS if any(_has_value(row.get(c)) for row in rows)]
+    for column in present:
+        ids = [str(row.get(column)) for row in rows]
+        if all(_has_value(row.get(column)) for row in rows) and len(set(ids)) == len(ids):
+            return ids
+    if present:
+        warnings.warn(
+            f"eval items are named by position, not by the data's {present[0]!r} column: "
+            f"it is missing or repeated in some rows",
+            stacklevel=2,
+        )
+    return [p.uid for p in problems]
+
+
+def _has_value(value: Any) -> bool:
+    return value is not None and value == value and str(value).strip() != ""  # NaN ≠ NaN
 
 
 def _item_record(

@@ -1,4 +1,5 @@
-"""maj@k votes by the task's equivalence of answers, not by their text."""
+"""What an items record holds: maj@k voted by the task's equivalence of answers (not by
+their text), and the data's own id as the item's uid."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 from hf_testlib import write_jsonl
 
-from rlvr.eval.bench import KSettings, score_items
+from rlvr.eval.bench import KSettings, item_uids, score_items
 from rlvr.eval.passk import answer_classes, majority_correct
 from rlvr.rollout import Generation
 from rlvr.tasks import make_task
@@ -74,3 +75,33 @@ def test_answer_classes_by_hand():
 def test_without_equivalences_votes_are_by_text(equivalent):
     assert majority_correct(["12", "12", "13", None], [True, True, False, False], equivalent) == 1.0
     assert majority_correct(["13", "12", "13", "12"], [False, True, False, True], equivalent) == 0.0
+
+
+def _records(tmp_path, rows: list[dict]) -> list[dict]:
+    data = write_jsonl(tmp_path / "ids.jsonl", rows)
+    task = make_task("dataset", data=data, verifier="math", eval_only=True)
+    return score_items(FixedEngine(["\\boxed{4}"]), task, task.problems("eval"), KSettings(k=1))
+
+
+def test_items_are_named_by_the_data_id(tmp_path):
+    rows = [
+        {"unique_id": "test/algebra/17.json", "prompt": "2+2?", "answer": "4"},
+        {"unique_id": "test/algebra/3.json", "prompt": "1+3?", "answer": "4"},
+    ]
+    records = _records(tmp_path, rows)
+    assert [r["uid"] for r in records] == ["test/algebra/17.json", "test/algebra/3.json"]
+    # `id` comes before `unique_id`; numbers become text (uids are strings in items files)
+    rows = [{**r, "id": 100 + i} for i, r in enumerate(rows)]
+    assert [r["uid"] for r in _records(tmp_path, rows)] == ["100", "101"]
+
+
+def test_positions_name_items_without_a_usable_id(tmp_path):
+    rows = [{"prompt": "2+2?", "answer": "4"}, {"prompt": "1+3?", "answer": "4"}]
+    assert [r["uid"] for r in _records(tmp_path, rows)] == ["dataset/eval/0", "dataset/eval/1"]
+    repeated = [{**r, "id": "q1"} for r in rows]  # two rows named q1 cannot be paired
+    with pytest.warns(UserWarning, match="named by position, not by the data's 'id' column"):
+        uids = [r["uid"] for r in _records(tmp_path, repeated)]
+    assert uids == ["dataset/eval/0", "dataset/eval/1"]
+    # synthetic tasks have no rows: their uids are the task's
+    problems = make_task("arithmetic").problems("eval")[:2]
+    assert item_uids(problems) == ["arithmetic/eval/0", "arithmetic/eval/1"]
