@@ -14,19 +14,28 @@ dataset row (for dataset tasks), ``reference`` (the task's normalised answer),
 ``reward_funcs: [{func: rlvr.rewards:correctness}]`` is the default reward.
 
 A run's config lists them as ``reward_funcs``: strings (weight 1) or mappings
-``{func: my_pkg.rewards:brevity, weight: 0.1}``. Correctness used by dynamic sampling,
-pass-rate bookkeeping and evaluation stays the task verifier's.
+``{func: my_pkg.rewards:brevity, weight: 0.1}``. Correctness used by pass-rate
+bookkeeping and evaluation stays the task verifier's; dynamic sampling keys on it too
+unless the recipe's ``dynamic_sampling_key`` is ``reward``.
+
+Each call runs under ``reward_timeout_s`` with the verifiers' isolation
+(``reward_isolation``); a failure is flagged on the completion, counted and, per
+``reward_errors``, dropped, scored 0 or fatal (``rlvr.reward_guard``, `REWARD_ERRORS`).
 """
 
 from __future__ import annotations
 
 import importlib
 import math
+import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rlvr.reward_guard import CallResult, call_arguments, check_signature, guarded_call
 from rlvr.verify import Verdict, check
+from rlvr.verify.timeout import MODES
 
 RewardFunc = Callable[..., Sequence[float | None]]
 
@@ -53,7 +62,7 @@ def _verifier_reward(name: str) -> RewardFunc:
             float(check(name, c, r).correct) for c, r in zip(completions, reference, strict=True)
         ]
 
-    reward.__name__ = f"{name}_correct"
+    reward.__name__ = reward.__qualname__ = f"{name}_correct"  # picklable by name
     reward.__doc__ = f"1 when ``rlvr.verify.check({name!r}, completion, reference)`` is correct."
     return reward
 
@@ -121,35 +130,134 @@ def resolve(reference: str) -> RewardFunc:
     return fn
 
 
-class RewardModel:
-    """Weighted sum of reward functions, evaluated once per batch."""
+REWARD_ERRORS = ("drop", "zero", "stop")
+"""What a failed reward costs (`reward_errors`): "drop" leaves the prompt groups holding a
+failed completion out of the update (their tokens are discarded, on the books); "zero"
+trains on them with the failing function contributing 0; "stop" ends the run with the
+error. Every failure is flagged on its completion and counted, whichever is chosen."""
 
-    def __init__(self, specs: list[RewardSpec]) -> None:
+
+class RewardError(ValueError):
+    """A reward function failed and `reward_errors="stop"`."""
+
+
+@dataclass
+class Scored:
+    """A batch's rewards: `rewards[i]` = Σ_f weight_f · r_f(i) over the functions that
+    gave completion i a value; `failed[i]`: some function failed on it."""
+
+    rewards: list[float]
+    failed: list[bool]
+
+
+class RewardModel:
+    """Weighted sum of reward functions, each called once per batch under a time limit.
+
+    A function that raises, hangs past `timeout_s`, returns the wrong count, a non-number,
+    NaN or inf fails the completions concerned (``rlvr.reward_guard``); `on_error` (one of
+    `REWARD_ERRORS`) says what that costs. rlvr's own reward functions run directly: their
+    verifier checks carry their own time limits."""
+
+    def __init__(
+        self,
+        specs: list[RewardSpec],
+        timeout_s: float = 60.0,
+        on_error: str = "drop",
+        isolation: str = "auto",
+    ) -> None:
         if not specs:
             raise ValueError("RewardModel needs at least one reward function")
+        check_reward_settings(timeout_s, on_error, isolation)
         self.specs = specs
         self.funcs = [resolve(s.func) for s in specs]
+        for spec, fn in zip(specs, self.funcs, strict=True):
+            check_signature(spec.func, fn)
+        self.timeout_s, self.on_error, self.isolation = timeout_s, on_error, isolation
+        self.calls = 0
         self.last_means: dict[str, float] = {}
         """Mean of each function's (non-None) rewards over the last batch, by name."""
+        self.failures: Counter[str] = Counter()
+        """`<name>/<kind>` → failed completions since `pop_failures()` (reward_guard.KINDS)."""
+        self._warned: set[str] = set()
 
     def __call__(
         self, prompts: list[str], completions: list[str], columns: dict[str, list[Any]]
     ) -> list[float]:
-        totals = [0.0] * len(completions)
+        return self.score(prompts, completions, columns).rewards
+
+    def score(
+        self, prompts: list[str], completions: list[str], columns: dict[str, list[Any]]
+    ) -> Scored:
+        """Every function over the batch; failures flagged, counted, warned about once per
+        function and kind, or raised as `RewardError` under `on_error="stop"`."""
+        self.calls += 1
+        scored = Scored([0.0] * len(completions), [False] * len(completions))
         self.last_means = {}
+        arguments = {"prompts": prompts, "completions": completions, **columns}
         for spec, fn in zip(self.specs, self.funcs, strict=True):
-            values = list(fn(prompts=prompts, completions=completions, **columns))
-            if len(values) != len(completions):
-                raise ValueError(
-                    f"reward function {spec.func} returned {len(values)} rewards for "
-                    f"{len(completions)} completions"
-                )
-            present = [float(v) for v in values if v is not None]
+            result = self._call(spec, fn, arguments, len(completions))
+            present = [v for v in result.values if v is not None]
             self.last_means[spec.name] = sum(present) / len(present) if present else math.nan
-            for i, v in enumerate(values):
-                if v is not None:
-                    totals[i] += spec.weight * float(v)
-        return totals
+            for i, (value, failure) in enumerate(zip(result.values, result.failures, strict=True)):
+                if failure is not None:
+                    self._failed(spec, failure, len(completions))
+                    scored.failed[i] = True
+                elif value is not None:
+                    scored.rewards[i] += spec.weight * value
+        return scored
+
+    def _call(self, spec: RewardSpec, fn: RewardFunc, arguments: dict, count: int) -> CallResult:
+        kwargs = call_arguments(spec.func, fn, arguments)  # a wrong signature: a config error
+        trusted = getattr(fn, "__module__", None) == __name__
+        limit = 0.0 if trusted else self.timeout_s
+        return guarded_call(spec.func, fn, kwargs, count, limit, self.isolation)
+
+    def _failed(self, spec: RewardSpec, failure: tuple[str, str], count: int) -> None:
+        kind, message = failure
+        where = f"{message} (batch call {self.calls}, {count} completions)"
+        if self.on_error == "stop":
+            raise RewardError(
+                f"reward function {where}; reward_errors='stop' ends the run ('drop' or "
+                f"'zero' would flag the sample and go on)"
+            )
+        self.failures[f"{spec.name}/{kind}"] += 1
+        if f"{spec.name}/{kind}" not in self._warned:
+            self._warned.add(f"{spec.name}/{kind}")
+            cost = (
+                "its prompt group is left out of the update"
+                if self.on_error == "drop"
+                else ("it counts 0 for that sample")
+            )
+            warnings.warn(
+                f"reward function {where}: the sample is flagged and {cost} "
+                f"(reward_errors={self.on_error!r}; counted in reward/fn/{spec.name}/{kind}; "
+                f"further such failures are counted, not printed)",
+                stacklevel=2,
+            )
+
+    def pop_failures(self) -> dict[str, float]:
+        """`reward/fn/<name>/<kind>`: completions failed since the last call, then reset."""
+        out = {f"reward/fn/{key}": float(n) for key, n in sorted(self.failures.items())}
+        self.failures.clear()
+        return out
+
+
+def check_reward_settings(timeout_s: Any, on_error: Any, isolation: Any) -> None:
+    """`reward_timeout_s`, `reward_errors` and `reward_isolation`, named when invalid."""
+    if (
+        isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, int | float)
+        or not (math.isfinite(timeout_s) and timeout_s >= 0)
+    ):
+        raise ValueError(
+            f"reward_timeout_s must be a number of seconds ≥ 0 (0: no limit), got {timeout_s!r}"
+        )
+    if on_error not in REWARD_ERRORS:
+        raise ValueError(
+            f"reward_errors must be one of {', '.join(REWARD_ERRORS)}, got {on_error!r}"
+        )
+    if isolation not in MODES:
+        raise ValueError(f"reward_isolation must be one of {', '.join(MODES)}, got {isolation!r}")
 
 
 RESERVED = {"prompts", "completions", "reference", "correct", "formatted", "problem_uid"}
@@ -173,27 +281,43 @@ def batch_columns(problems: list[Any], verdicts: list[Verdict]) -> dict[str, lis
     return columns
 
 
-def attach_rewards(task: Any, reward_funcs: Any) -> Any:
+def attach_rewards(
+    task: Any,
+    reward_funcs: Any,
+    timeout_s: float = 60.0,
+    on_error: str = "drop",
+    isolation: str = "auto",
+) -> Any:
     """Give ``task`` the reward model of ``reward_funcs`` (no-op for an empty list)."""
     specs = parse_reward_funcs(reward_funcs)
     if specs:
-        task.reward_model = RewardModel(specs)
+        task.reward_model = RewardModel(specs, timeout_s, on_error, isolation)
     return task
+
+
+def score_batch(
+    task: Any, problems: list[Any], completions: list[str], verdicts: list[Verdict]
+) -> Scored:
+    """Per-completion rewards and failure flags: the task's reward model if it has one,
+    else correctness (which cannot fail)."""
+    model = getattr(task, "reward_model", None)
+    if model is None:
+        return Scored([float(v.correct) for v in verdicts], [False] * len(verdicts))
+    return model.score([p.prompt for p in problems], completions, batch_columns(problems, verdicts))
 
 
 def task_rewards(
     task: Any, problems: list[Any], completions: list[str], verdicts: list[Verdict]
 ) -> list[float]:
-    """Per-completion rewards: the task's reward model if it has one, else correctness."""
-    model = getattr(task, "reward_model", None)
-    if model is None:
-        return [float(v.correct) for v in verdicts]
-    return model([p.prompt for p in problems], completions, batch_columns(problems, verdicts))
+    """Per-completion rewards (`score_batch` without the failure flags)."""
+    return score_batch(task, problems, completions, verdicts).rewards
 
 
 def reward_metrics(task: Any) -> dict[str, float]:
-    """`reward/fn/<name>` per reward function (last sampling round of the step) and the
-    process's cumulative `verify/timeouts` and `verify/errors` of `rlvr.verify.check`."""
+    """`reward/fn/<name>` per reward function (last sampling round of the step), its
+    failed completions since the last call `reward/fn/<name>/<kind>` (kinds that occurred),
+    and the process's cumulative `verify/timeouts` and `verify/errors` of
+    `rlvr.verify.check`."""
     from rlvr.verify.checkers import FAILURES
 
     metrics = {
@@ -203,4 +327,5 @@ def reward_metrics(task: Any) -> dict[str, float]:
     model = getattr(task, "reward_model", None)
     if model is not None:
         metrics.update({f"reward/fn/{name}": v for name, v in model.last_means.items()})
+        metrics.update(model.pop_failures())
     return metrics

@@ -13,3 +13,42 @@ def seen_columns(prompts, completions, question, reference, correct, **columns):
 
 
 seen_columns.calls = []
+
+
+def hang(prompts, completions, **columns):
+    """Never returns in time: a reward function stuck on a network call."""
+    import time
+
+    time.sleep(60)
+    return [0.0] * len(completions)
+
+
+def nan_for_first(prompts, completions, **columns):
+    """NaN for completion 0, 1 for every other: one bad value in a batch."""
+    return [float("nan")] + [1.0] * (len(completions) - 1)
+
+
+def always_nan(prompts, completions, **columns):
+    return [float("nan")] * len(completions)
+
+
+def raises(prompts, completions, **columns):
+    raise KeyError("judge_score")
+
+
+def one_too_few(prompts, completions, **columns):
+    return [1.0] * (len(completions) - 1)
+
+
+def text_values(prompts, completions, **columns):
+    return ["good"] * len(completions)
+
+
+def positional_only(texts):
+    """A wrong signature: TRL's convention passes prompts= and completions= by keyword."""
+    return [0.0] * len(texts)
+
+
+def needs_difficulty(prompts, completions, difficulty):
+    """Names a dataset column and takes no **kwargs: only that column is passed."""
+    return [float(d) for d in difficulty]

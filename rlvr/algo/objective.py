@@ -15,7 +15,7 @@ import torch
 from rlvr.algo.aggregation import aggregation_weights
 from rlvr.algo.recipes import Recipe
 from rlvr.algo.registry import ADVANTAGES, KL_ESTIMATORS, SELECTIONS, AdvantageBatch
-from rlvr.algo.selection import shaped_rewards
+from rlvr.algo.selection import sampling_signal, shaped_rewards
 from rlvr.algo.whiten import masked_whiten
 
 
@@ -54,7 +54,9 @@ def compute_advantages(
 def select_rows(
     recipe: Recipe, correct: torch.Tensor, rewards: torch.Tensor, group_ids: torch.Tensor
 ) -> torch.Tensor:
-    """Rows kept by the registered filters the recipe switches on. (N,) → (N,) bool."""
+    """Rows kept by the registered filters the recipe switches on. (N,) → (N,) bool.
+
+    `correct`: what dynamic sampling keys on (`sampling_signal`); `rewards`: shaped."""
     keep = torch.ones_like(group_ids, dtype=torch.bool)
     for selection in SELECTIONS:
         if getattr(recipe, selection.name):
@@ -87,7 +89,8 @@ def prepare_batch(
         lengths = response_mask.sum(-1)
     cache = recipe.overlong_cache if recipe.overlong_penalty else None
     reward = shaped_rewards(rewards.double(), lengths, max_new_tokens, cache)
-    keep = select_rows(recipe, correct, reward, group_ids)
+    signal = sampling_signal(recipe.dynamic_sampling_key, correct, rewards.double())
+    keep = select_rows(recipe, signal, reward, group_ids)
     mask = response_mask * keep[:, None]
     if recipe.overlong_filter:
         mask = mask * (~truncated)[:, None]

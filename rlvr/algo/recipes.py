@@ -21,6 +21,7 @@ from rlvr.algo.registry import (
     Params,
     Registry,
 )
+from rlvr.algo.selection import SAMPLING_KEYS
 from rlvr.checks import check_field_types
 
 
@@ -57,6 +58,11 @@ class Recipe:
     value_pretrain_steps: int = _doc("critic-only steps before policy updates (VAPO)", 0)
     nll_coef: float = _doc("weight μ of the NLL loss on correct responses (VAPO)", 0.0)
     dynamic_sampling: bool = _doc("drop groups of uniform correctness and refill (DAPO)", False)
+    dynamic_sampling_key: str = _doc(
+        "what dynamic sampling keys on: 'correct' (the verifier, as DAPO) or 'reward' (the "
+        "reward optimised, before length shaping: for a user's reward function)",
+        "correct",
+    )
     max_refill_rounds: int = _doc("extra sampling rounds allowed to refill the batch", 3)
     overlong_penalty: bool = _doc("DAPO soft overlong punishment added to the reward", False)
     overlong_cache: int = _doc("L_c: length of the soft punishment ramp, in tokens", 4)
@@ -105,6 +111,11 @@ class Recipe:
         if self.retire_threshold is not None and not 0.0 < self.retire_threshold <= 1.0:
             raise ValueError(f"retire_threshold must be in (0, 1], got {self.retire_threshold}")
         _check_ranges(self)
+        if self.dynamic_sampling_key not in SAMPLING_KEYS:
+            raise ValueError(
+                f"dynamic_sampling_key must be one of {', '.join(SAMPLING_KEYS)}, got "
+                f"{self.dynamic_sampling_key!r}"
+            )
         if self.max_refill_rounds < 0:
             raise ValueError(f"max_refill_rounds must be ≥ 0, got {self.max_refill_rounds}")
 

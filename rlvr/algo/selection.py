@@ -12,13 +12,28 @@ from rlvr.algo.regularizers import soft_overlong_penalty
 def informative_groups(correct: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     """DAPO dynamic sampling (arXiv 2503.14476, Eq. 11): keep a group only if 0 < #correct < G.
 
-    Decided on *raw correctness*, never on the shaped reward. (N,) → (N,) bool.
+    Decided on *raw correctness* (or, keyed on reward, on the reward before shaping), never
+    on the shaped reward. (N,) → (N,) bool.
     """
     return ~group_is_constant(correct.to(torch.float64), group_ids)
 
 
+SAMPLING_KEYS = ("correct", "reward")
+"""What dynamic sampling keys on: the verifier's raw correctness (DAPO), or the reward the
+advantages are computed from, before length shaping (for a run whose signal is a user's
+reward function, where correctness may never vary)."""
+
+
+def sampling_signal(key: str, correct: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
+    """The (N,) values whose uniformity within a group drops it under dynamic sampling."""
+    if key not in SAMPLING_KEYS:
+        raise ValueError(f"dynamic_sampling_key must be one of {SAMPLING_KEYS}, got {key!r}")
+    return correct if key == "correct" else rewards
+
+
 @register_selection("dynamic_sampling")
 def _dynamic_sampling(correct: torch.Tensor, rewards: torch.Tensor, group_ids: torch.Tensor):
+    """`correct`: what `sampling_signal` chose (raw correctness unless keyed on reward)."""
     return informative_groups(correct, group_ids)
 
 

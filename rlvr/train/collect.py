@@ -1,10 +1,12 @@
 """Collecting one step's rollout batch, with DAPO dynamic sampling and its cost recorded.
 
-Dynamic sampling (arXiv 2503.14476, §3.2): groups whose raw correctness is uniform carry no
-signal; they are dropped and replacement prompts are sampled until the batch holds
+Dynamic sampling (arXiv 2503.14476, §3.2): groups whose raw correctness (or, with
+`dynamic_sampling_key="reward"`, reward) is uniform carry no signal; they are dropped and replacement prompts are sampled until the batch holds
 `prompts_per_step` informative groups or `max_refill_rounds` extra rounds were spent. What
 was kept is trained on (a partial batch if need be; nothing kept skips the update). Every
 generated token is on the books: generated, trained and discarded (`rlvr.train.step_metrics`).
+Under `reward_errors="drop"` a group holding a completion whose reward failed is dropped
+first, before dynamic sampling counts it.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from dataclasses import dataclass, field
 import torch
 
 from rlvr.algo.recipes import Recipe
-from rlvr.algo.selection import informative_groups
-from rlvr.rewards import reward_metrics, task_rewards
+from rlvr.algo.selection import informative_groups, sampling_signal
+from rlvr.rewards import reward_metrics, score_batch
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.tasks import Problem, Task
 from rlvr.train.prompt_pool import PromptPool
@@ -54,13 +56,15 @@ def sample_groups(
     ]
     correct = [v.correct for v in verdicts]
     answered = [problems[i] for i in gen.prompt_index.tolist()]
+    scored = score_batch(task, answered, gen.texts, verdicts)
     return from_generation(
         gen,
         [p.uid for p in problems],
         group_offset,
         correct,
         [v.formatted for v in verdicts],
-        task_rewards(task, answered, gen.texts, verdicts),
+        scored.rewards,
+        scored.failed,
     )
 
 
@@ -105,10 +109,11 @@ def collect_rollouts(
         every.append(batch)
         first_round_s = first_round_s or time.perf_counter() - start
         retired += _record_passes(pool, batch)
+        if _drops_failed(task):
+            batch = _without_failed_groups(batch)
         if recipe.dynamic_sampling:
-            batch = batch.select(
-                informative_groups(batch.correct, batch.group_ids).nonzero().squeeze(-1)
-            )
+            signal = sampling_signal(recipe.dynamic_sampling_key, batch.correct, batch.rewards)
+            batch = batch.select(informative_groups(signal, batch.group_ids).nonzero().squeeze(-1))
         kept += [batch] if len(batch) else []
         if not recipe.dynamic_sampling or _group_count(kept) >= prompts_per_step:
             break
@@ -124,6 +129,20 @@ def collect_rollouts(
     return Collected(
         Rollout.concat(every), rollout, len(every) - 1, elapsed, first_round_s, pool_metrics
     )
+
+
+def _drops_failed(task: Task) -> bool:
+    model = getattr(task, "reward_model", None)
+    return model is not None and model.on_error == "drop"
+
+
+def _without_failed_groups(rollout: Rollout) -> Rollout:
+    """The prompt groups none of whose completions a reward function failed on
+    (`reward_errors="drop"`): a group's baseline needs all its rewards."""
+    if rollout.reward_failed is None or not rollout.reward_failed.any():
+        return rollout
+    bad = torch.unique(rollout.group_ids[rollout.reward_failed])
+    return rollout.select((~torch.isin(rollout.group_ids, bad)).nonzero().squeeze(-1))
 
 
 def _group_count(batches: list[Rollout]) -> int:

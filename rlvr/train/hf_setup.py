@@ -55,7 +55,9 @@ def prepare_components(
         model, extra = prepare_policy(model, options)
         info.update(extra)
         task = chat_formatted(task, tokenizer, options)
-    attach_rewards(task, cfg.reward_funcs)
+    attach_rewards(
+        task, cfg.reward_funcs, cfg.reward_timeout_s, cfg.reward_errors, cfg.reward_isolation
+    )
     return model, task
 
 

@@ -33,6 +33,7 @@ class Rollout:
     ref_logprobs: torch.Tensor | None = None  # (B, T) the frozen reference
     values: torch.Tensor | None = None  # (B, T) the critic's V before this step's updates
     forced_mask: torch.Tensor | None = None  # (B, T) 1 on engine-inserted tokens (interruption)
+    reward_failed: torch.Tensor | None = None  # (B,) bool: a reward function failed on it
 
     def __len__(self) -> int:
         return len(self.prompt_ids)
@@ -100,8 +101,9 @@ class Rollout:
                 merged[f.name] = None
                 continue
             if any(v is None for v in values):  # e.g. only some parts were interrupted
+                like = next(v for v in values if v is not None)
                 values = [
-                    torch.zeros_like(p.response_mask) if v is None else v
+                    like.new_zeros((len(p), *like.shape[1:])) if v is None else v
                     for p, v in zip(parts, values, strict=True)
                 ]
             if values[0] is None:
@@ -126,6 +128,7 @@ def from_generation(
     correct: list[bool],
     formatted: list[bool],
     rewards: list[float],
+    reward_failed: list[bool] | None = None,
 ) -> Rollout:
     """A Rollout from an engine's Generation and the verifier's verdicts."""
     prompt_uids = [uids[i] for i in gen.prompt_index.tolist()]
@@ -142,4 +145,7 @@ def from_generation(
         formatted=torch.tensor(formatted, dtype=torch.float32),
         rewards=torch.tensor(rewards, dtype=torch.float32),
         forced_mask=gen.forced_mask,
+        reward_failed=None
+        if reward_failed is None
+        else torch.tensor(reward_failed, dtype=torch.bool),
     )

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import yaml
 
+from rlvr.train import no_update
 from rlvr.train.async_pipeline import make_trainer
 from rlvr.train.checkpoint import (
     CRASH,
@@ -241,6 +242,8 @@ class _Run:
             metrics = self._guarded(step, trainer.train_step)
             trainer.step = step
             self.totals.add(metrics)
+            if no_update.due(step, cfg.steps, self.totals.skipped_updates):
+                warnings.warn(no_update.explain(step, metrics, trainer.recipe, cfg), stacklevel=2)
             budget = cfg.max_generated_tokens
             spent = self.totals.generated_tokens
             last = step == cfg.steps or (budget is not None and spent >= budget)

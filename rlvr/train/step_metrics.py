@@ -40,6 +40,7 @@ def step_metrics(
         "reward/mean": float(every.rewards.mean()),
         "reward/accuracy": float(every.correct.mean()),
         "reward/format_rate": float(every.formatted.mean()),
+        "reward/failed_samples": _failed_samples(every),
         **selected,
         # Generation time is proportional to tokens: the discarded tokens' share of it.
         "time/rollout_s": rollout_s,
@@ -58,6 +59,11 @@ def length_by_outcome(lengths: torch.Tensor, correct: torch.Tensor) -> dict[str,
         if rows.any():
             out[f"rollout/{name}_length"] = float(lengths[rows].float().mean())
     return out
+
+
+def _failed_samples(rollout: Rollout) -> float:
+    """Generated responses on which some reward function failed (rlvr.reward_guard)."""
+    return 0.0 if rollout.reward_failed is None else float(rollout.reward_failed.sum())
 
 
 def _interrupted_frac(rollout: Rollout) -> float:

@@ -46,7 +46,7 @@ def test_errors_name_the_reward_function():
         RewardModel(parse_reward_funcs(["user_rewards:nope"]))
     with pytest.raises(ValueError, match=r"reward_funcs\[0\].weight must be a finite number"):
         parse_reward_funcs([{"func": "a:b", "weight": "heavy"}])
-    model = RewardModel(parse_reward_funcs(["user_rewards:brevity"]))
+    model = RewardModel(parse_reward_funcs(["user_rewards:brevity"]), on_error="stop")
     model.funcs[0] = lambda prompts, completions, **_: [1.0]
     with pytest.raises(ValueError, match="returned 1 rewards for 2 completions"):
         model(["p", "q"], ["a", "b"], {})

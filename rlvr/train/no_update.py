@@ -1,0 +1,48 @@
+"""Why a run has made no update: said once, early, instead of a run that "finishes"
+having trained nothing (every group filtered out, or every reward failed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+NO_UPDATE_STEPS = 5
+"""A run whose first `min(NO_UPDATE_STEPS, steps)` steps all skipped the update says why."""
+
+
+def due(step: int, steps: int, skipped_updates: int) -> bool:
+    """At the step that decides it, every step so far skipped its update."""
+    return step == min(NO_UPDATE_STEPS, steps) and skipped_updates == step
+
+
+def explain(step: int, metrics: dict[str, float], recipe: Any, cfg: Any) -> str:
+    """One message: what was skipped, what the last step's batch looked like, what to try."""
+    responses = int(metrics.get("rollout/generated_responses", 0))
+    failed = int(metrics.get("reward/failed_samples", 0))
+    causes = []
+    if failed:
+        causes.append(
+            f"reward functions failed on {failed} of {responses} responses and "
+            f"reward_errors={cfg.reward_errors!r} leaves their groups out (see the warnings "
+            f"above and reward/fn/<name>/<kind>)"
+        )
+    if recipe.dynamic_sampling:
+        key = recipe.dynamic_sampling_key
+        causes.append(
+            f"dynamic sampling keeps only groups whose {key} varies, and none did "
+            f"(reward/accuracy {metrics.get('reward/accuracy', 0.0):.3f}, reward/mean "
+            f"{metrics.get('reward/mean', 0.0):.3f} after {int(metrics.get('rollout/refill_rounds', 0))} "
+            f"refill rounds)"
+            + (
+                "; with a reward function as the signal, try dynamic_sampling_key=reward"
+                if key == "correct" and cfg.reward_funcs
+                else ""
+            )
+        )
+    if recipe.zero_variance_filter:
+        causes.append("the zero-variance filter dropped every group (rewards uniform within each)")
+    if not causes:
+        causes.append("every prompt group was left out of the batch")
+    return (
+        f"no policy update in the first {step} steps (train/update_skipped = 1 each step): "
+        + "; ".join(causes)
+    )
