@@ -8,6 +8,7 @@ overridden at the top level). YAML files and `--set key=value` overrides both go
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import yaml
 from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
 from rlvr.algo.registry import ADVANTAGES
 from rlvr.checks import check_field_types, check_int, is_number
+from rlvr.rewards import check_reward_settings, parse_reward_funcs
 from rlvr.tasks import TASKS, Task, make_task
 from rlvr.train.hf_setup import check_options as check_hf_options
 
@@ -88,6 +90,21 @@ class TrainConfig:
             "doc": "reward functions 'module:function' or {func, weight} (default: verifier)"
         },
     )
+    reward_timeout_s: float = _doc(
+        "time limit in seconds of one call of a reward function (one batch); 0: none", 60.0
+    )
+    reward_errors: str = _doc(
+        "a reward function that raises, times out or returns a wrong count, a non-number, "
+        "NaN or inf fails its samples, flagged and counted; 'drop': their prompt groups "
+        "leave the update; 'zero': the function counts 0 there; 'stop': the run ends",
+        "drop",
+    )
+    reward_isolation: str = _doc(
+        "how reward calls are time-limited: 'auto' (an alarm on the main thread, else a "
+        "helper process, as the verifiers), 'process' (always the helper: also stops C-level "
+        "hangs; the function must be importable by name), 'alarm', 'thread'",
+        "auto",
+    )
     policy: dict = field(
         default_factory=dict,
         metadata={"doc": "HF policy: dtype, device, lora, chat_template, gradient_checkpointing"},
@@ -121,6 +138,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        _absolute_paths(self)
         task = make_task(self.task, **self.task_options)  # unknown task or options: named
         if self.max_new_tokens is None:
             object.__setattr__(self, "max_new_tokens", task.default_max_new_tokens)
@@ -174,6 +192,7 @@ class TrainConfig:
             raise ValueError(f"recipe={self.recipe!r} is unknown; valid: {', '.join(RECIPES)}")
         recipe = self.build_recipe()  # validates the overrides
         check_hf_options(self)
+        _check_reward_settings(self, recipe)
         _check_group_size(self.group_size, recipe)
         _check_warm_start_fields(self)
         if recipe.overlong_penalty and recipe.overlong_cache > self.max_new_tokens:
@@ -202,6 +221,58 @@ class TrainConfig:
         recipe.pop("name")
         recipe.pop("source")
         return {**data, **recipe}
+
+
+PATH_OPTIONS = ("data", "eval_data")
+"""task_options that name files; with `model`, made absolute when they exist locally."""
+
+
+def _absolute(value: Any) -> Any:
+    """An existing local path as an absolute one; anything else (a hub id) unchanged."""
+    if isinstance(value, str) and value.strip() and Path(value).expanduser().exists():
+        return str(Path(value).expanduser().resolve())
+    if isinstance(value, dict) and "path" in value:
+        return {**value, "path": _absolute(value["path"])}
+    return value
+
+
+def _absolute_paths(cfg: TrainConfig) -> None:
+    """Local paths in the config become absolute, so the config.yaml a run records means
+    the same files when the run is resumed or evaluated from another directory."""
+    if cfg.model != "embedded":
+        object.__setattr__(cfg, "model", _absolute(cfg.model))
+    options = {k: _absolute(v) if k in PATH_OPTIONS else v for k, v in cfg.task_options.items()}
+    object.__setattr__(cfg, "task_options", options)
+
+
+def _check_reward_settings(cfg: TrainConfig, recipe: Recipe) -> None:
+    """Reward settings are valid and can take effect; dynamic sampling that cannot see a
+    user's reward is pointed out."""
+    check_reward_settings(cfg.reward_timeout_s, cfg.reward_errors, cfg.reward_isolation)
+    defaults = {f.name: f.default for f in fields(TrainConfig)}
+    if not cfg.reward_funcs:
+        for name in ("reward_timeout_s", "reward_errors", "reward_isolation"):
+            if getattr(cfg, name) != defaults[name]:
+                raise ValueError(
+                    f"{name}={getattr(cfg, name)!r} applies to reward_funcs, and this run has "
+                    f"none (its reward is the verifier's correctness); remove it"
+                )
+    custom = [s.func for s in parse_reward_funcs(cfg.reward_funcs)]
+    if (
+        recipe.dynamic_sampling
+        and recipe.dynamic_sampling_key == "correct"
+        and custom
+        not in (
+            [],
+            ["rlvr.rewards:correctness"],
+        )
+    ):
+        warnings.warn(
+            f"dynamic sampling keeps groups whose verifier correctness varies, but the reward "
+            f"optimised is reward_funcs {custom}: groups whose reward varies while correctness "
+            f"does not are dropped; set dynamic_sampling_key=reward to key on the reward",
+            stacklevel=3,
+        )
 
 
 PARALLEL_MODES = ("ddp", "fsdp")
