@@ -5,7 +5,9 @@ the reference policy, and chat-template prompts.
 the adapted model itself (peft injects the adapters in place), only adapter weights
 train, and the reference policy π_ref is the *same* module with its adapters switched
 off (`AdapterDisabledReference`): at step 0 the adapters' B matrices are zero, so π_ref
-is exactly the initial policy, with no second copy of the weights.
+is exactly the initial policy, with no second copy of the weights. A checkpoint keeps the
+adapter apart (`save_adapter`, peft's format); a resumed run rebuilds the policy from the
+original base and loads it (`load_adapter`), so π_ref is again the untouched base.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -153,6 +156,47 @@ def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def save_kwargs(model: torch.nn.Module) -> dict[str, Any]:
     """Extra `save_pretrained` arguments: a LoRA policy is saved merged, loadable as is."""
     return {"state_dict": merged_state_dict(model)} if lora_layers(model) else {}
+
+
+ADAPTER = "default"  # the name add_lora's adapter gets in peft
+_PEFT_PREFIX = "base_model.model."  # keys of a PeftModel's saved adapter start with it
+
+
+def save_adapter(model: torch.nn.Module, directory: Path) -> None:
+    """The LoRA adapter of `model` saved in peft's format (adapter_config.json,
+    adapter_model.safetensors), as written in the model: loadable onto the base model with
+    `peft.PeftModel.from_pretrained`."""
+    from peft.utils import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.peft_config[ADAPTER].save_pretrained(directory)
+    state = get_peft_model_state_dict(model, adapter_name=ADAPTER)
+    tensors = {_PEFT_PREFIX + k: v.detach().contiguous().cpu() for k, v in state.items()}
+    save_file(tensors, directory / "adapter_model.safetensors")
+
+
+def load_adapter(model: torch.nn.Module, directory: Path) -> None:
+    """Copy the adapter `save_adapter` wrote in `directory` into the LoRA policy `model`,
+    whose adapters must have the same names and shapes (same rank and target modules)."""
+    from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    saved = load_file(Path(directory) / "adapter_model.safetensors")
+    state = {k.removeprefix(_PEFT_PREFIX): v for k, v in saved.items()}
+    wanted = get_peft_model_state_dict(model, adapter_name=ADAPTER)
+    differ = sorted(
+        k
+        for k in set(state) | set(wanted)
+        if k not in state or k not in wanted or state[k].shape != wanted[k].shape
+    )
+    if differ:
+        raise ValueError(
+            f"the LoRA adapter in {directory} does not fit the policy's adapters "
+            f"(policy.lora rank or target_modules differ): first mismatch {differ[0]!r}"
+        )
+    set_peft_model_state_dict(model, state, adapter_name=ADAPTER)
 
 
 def chat_prompt(tokenizer: Any, prompt: str, options: PolicyOptions) -> str:

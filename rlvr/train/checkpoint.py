@@ -4,9 +4,20 @@ A checkpoint holds everything a run needs to continue exactly: policy (and criti
 optimizer states, the prompt pool's data order and retirement state, RNG states, the step
 counter, run totals and the metrics offset (see `Trainer.state_dict` and `rlvr.train.run`).
 
+A LoRA policy is saved twice: merged (W + (α/r)·B·A under the base model's names, in
+`policy/`, what `rlvr eval --model` and inference engines read) and as its adapter alone
+(`adapter/`, peft's format). A resumed LoRA run rebuilds the policy from the original base
+model and loads the adapter, so π_ref (the adapters switched off) is the base again and
+the AdamW state, saved over the policy's parameters, lines up with the adapters.
+
 Layout of a run directory:
 
-    checkpoint/              the newest good checkpoint (what `rlvr eval --model` reads)
+    checkpoint/              the newest good checkpoint (`rlvr eval --model checkpoint/policy`)
+      policy/                weights (merged, for LoRA) and tokenizer
+      adapter/               LoRA runs: the adapter alone (adapter_config.json, .safetensors)
+      trainer_state.pt       optimizers, data order, RNG states, step, run totals
+      critic.pt              recipes with a critic
+      manifest.json          written last: the step and the sha256 of every file above
     checkpoint.step-000010/  older good ones, `keep` in all counting the newest
     checkpoint.crash/        the state at a crash or divergence: never resumed from
     checkpoint.unusable-0/   one that failed its checksum, set aside when a run resumed
@@ -29,13 +40,14 @@ from typing import Any
 
 import torch
 
-from rlvr.models.hf_policy import save_kwargs
+from rlvr.models.hf_policy import load_adapter, lora_layers, save_adapter, save_kwargs
 from rlvr.models.quiet import quiet_transformers
 
 LATEST = "checkpoint"
 CRASH = "checkpoint.crash"
 UNUSABLE = "checkpoint.unusable-"
 MANIFEST = "manifest.json"
+ADAPTER = "adapter"
 _OLDER = re.compile(r"^checkpoint\.step-(\d+)$")
 
 
@@ -50,6 +62,8 @@ def save_checkpoint(
     with quiet_transformers():
         policy.save_pretrained(tmp / "policy", **save_kwargs(policy))
     tokenizer.save(tmp / "policy")
+    if lora_layers(policy):  # the merged weights alone cannot be split back into base + B·A
+        save_adapter(policy, tmp / ADAPTER)
     if critic is not None:
         torch.save(critic.state_dict(), tmp / "critic.pt")
     torch.save(state, tmp / "trainer_state.pt")
@@ -146,6 +160,31 @@ def checkpoint_step(path: Path) -> int | None:
 
 def load_trainer_state(directory: Path) -> dict[str, Any]:
     return torch.load(Path(directory) / "trainer_state.pt", weights_only=False)
+
+
+def load_policy_weights(policy: torch.nn.Module, checkpoint: Path) -> None:
+    """Load the checkpoint's policy into `policy`, built as the run builds it. A LoRA policy
+    (the original base model with fresh adapters) takes the saved adapter and keeps its
+    base, which is π_ref; any other policy takes the weights in `policy/`."""
+    checkpoint = Path(checkpoint)
+    if not lora_layers(policy):
+        _load_pretrained(policy, checkpoint / "policy")
+        return
+    if not (checkpoint / ADAPTER).is_dir():
+        raise ValueError(
+            f"checkpoint {checkpoint} has no {ADAPTER}/ although policy.lora is set: it was "
+            f"written by an rlvr that saved only the merged weights, which cannot be split "
+            f"back into base model and adapter; start the run again with --overwrite"
+        )
+    load_adapter(policy, checkpoint / ADAPTER)
+
+
+def _load_pretrained(model: torch.nn.Module, directory: Path) -> None:
+    """Copy the weights saved with `save_pretrained` in `directory` into `model`."""
+    dtype = next(model.parameters()).dtype
+    with quiet_transformers():
+        saved = type(model).from_pretrained(directory, torch_dtype=dtype)
+    model.load_state_dict(saved.state_dict())
 
 
 def _older(run_dir: Path) -> list[Path]:

@@ -29,6 +29,7 @@ from rlvr.train.checkpoint import (
     UNUSABLE,
     checkpoint_step,
     find_resumable,
+    load_policy_weights,
     load_trainer_state,
     save_crash,
     save_rotating,
@@ -151,22 +152,12 @@ def resume_config(out: str, sets: list[str] | None = None, **explicit: Any) -> T
 def _restore(trainer: Trainer, checkpoint: Path) -> dict[str, Any]:
     """Load the checkpoint's weights and state into `trainer`; returns the run state."""
     state = load_trainer_state(checkpoint)
-    load_weights(trainer.full_policy, checkpoint / "policy")
+    load_policy_weights(trainer.full_policy, checkpoint)  # LoRA: the adapter, onto the base
     if trainer.critic is not None:
         trainer.critic.load_state_dict(torch.load(checkpoint / "critic.pt", weights_only=True))
     trainer.load_state_dict(state)
     trainer.engine.sync_weights()
     return {"step": trainer.step, **state["run"]}
-
-
-def load_weights(model: torch.nn.Module, directory: Path) -> None:
-    """Copy the weights saved with `save_pretrained` in `directory` into `model`."""
-    from rlvr.models.quiet import quiet_transformers
-
-    dtype = next(model.parameters()).dtype
-    with quiet_transformers():
-        saved = type(model).from_pretrained(directory, torch_dtype=dtype)
-    model.load_state_dict(saved.state_dict())
 
 
 def _finished(cfg: TrainConfig, state: dict[str, Any]) -> bool:
