@@ -23,7 +23,8 @@ class LoraOptions:
     alpha: float = 32.0
     """α; the update is scaled by α / r."""
     dropout: float = 0.0
-    """Dropout on the adapter input (0 keeps the on-policy ratio exactly 1)."""
+    """Must be 0 (accepted for peft-style configs): every RL forward runs with dropout off,
+    so that the trainer's log-probs equal the sampler's (`rlvr.models.modes.dropout_off`)."""
     target_modules: Any = "all-linear"
     """Module names to adapt (a list, e.g. [q_proj, v_proj]) or 'all-linear'."""
 
@@ -33,6 +34,12 @@ class LoraOptions:
             raise ValueError(f"policy.lora.alpha must be a number > 0, got {self.alpha!r}")
         if not isinstance(self.dropout, int | float) or not 0 <= self.dropout < 1:
             raise ValueError(f"policy.lora.dropout must be in [0, 1), got {self.dropout!r}")
+        if self.dropout != 0:
+            raise ValueError(
+                f"policy.lora.dropout={self.dropout!r} would never take effect: every RL "
+                f"forward runs with dropout off, so that the trainer's log-probs equal the "
+                f"sampler's and the on-policy ratio is exactly 1; set it to 0 or leave it out"
+            )
         targets = self.target_modules
         if not (isinstance(targets, str) or (isinstance(targets, list) and targets)):
             raise ValueError(

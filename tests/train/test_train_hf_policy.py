@@ -121,6 +121,17 @@ def test_policy_options_are_validated_by_name(model_dir, tmp_path):
         make_config(model_dir, tmp_path, reward_funcs=["brevity"])
 
 
+def test_a_lora_dropout_that_could_never_act_is_refused(model_dir, tmp_path):
+    # Every RL forward runs with dropout off (rlvr/models/modes.py), so a non-zero
+    # policy.lora.dropout would be silently ignored; 0 (peft-style configs write it) is fine.
+    with pytest.raises(
+        ValueError, match=r"policy\.lora\.dropout=0\.05 would never take effect: every RL forward"
+    ):
+        make_config(model_dir, tmp_path, policy={"lora": {"dropout": 0.05}})
+    cfg = make_config(model_dir, tmp_path, policy={"lora": {"dropout": 0.0}})
+    assert cfg.policy["lora"]["dropout"] == 0.0
+
+
 def test_bfloat16_policy_with_gradient_checkpointing_trains(model_dir, tmp_path):
     cfg = make_config(
         model_dir,
