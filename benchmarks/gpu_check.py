@@ -32,7 +32,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # these modules, and rlvr from the tree
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here needs the hub; never wait on it
 
 from gpu_check_report import environment, summary  # noqa: E402
 
@@ -198,6 +197,7 @@ def write_report(out: Path, report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here needs the hub; never wait on it
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -12,20 +12,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "tests" / "rollout"))  # fake_vllm
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "rollout"))  # fake_vllm
 
 import gpu_check
-from gpu_check_model import (
-    SHAPES,
-    SyntheticTokenizer,
-    bf16_peak,
-    training_flops,
-)
+from gpu_check_model import SHAPES, SyntheticTokenizer, bf16_peak, training_flops
 from gpu_check_sampling import Context, mismatch_stats
-from transformers import AutoModelForCausalLM
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CPU_OK = (
     "generate",
