@@ -261,40 +261,62 @@ def cmd_evalsize(args: argparse.Namespace) -> int:
     return 0
 
 
-def eval_task_options(sets: Sequence[str]) -> dict:
-    """Task options from `--set KEY=VALUE` or `--set task_options.KEY=VALUE` (the train
-    spelling); anything that is not a task option is rejected later by name."""
+def eval_options(sets: Sequence[str], base: dict | None = None) -> dict:
+    """`task_options`, `policy` and `engine_options` of `rlvr eval`: `base` (a run's, with
+    --run) with `--set KEY=VALUE` applied over it; a bare KEY (or `task_options.KEY`, the
+    train spelling) is a task option, anything that is not one is rejected later by name."""
     from rlvr.train.config import apply_override
 
     options: dict = {}
     for assignment in sets:
         apply_override(options, assignment)
-    nested = options.pop("task_options", {})
-    if not isinstance(nested, dict):
-        raise ValueError(f"--set task_options expects task_options.KEY=VALUE, got {nested!r}")
-    return {**nested, **options}
+    base = base or {}
+    merged = {}
+    for name in ("task_options", "policy", "engine_options"):
+        given = options.pop(name, {})
+        if not isinstance(given, dict):
+            raise ValueError(f"--set {name} expects {name}.KEY=VALUE, got {given!r}")
+        merged[name] = {**base.get(name, {}), **given}
+    merged["task_options"].update(options)
+    return merged
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from rlvr.cli_eval_k import cmd_eval_k, wants_k
-
-    if wants_k(args):  # --k / --data: pass@k evaluation of any model and task
-        return cmd_eval_k(args)
-    from rlvr.eval.run import evaluate_model
+    from rlvr.cli_eval_run import resolve_eval_args
 
     try:
+        resolve_eval_args(args)  # --run (or a run's checkpoint as --model): its settings
+    except ValueError as err:
+        return _fail(str(err))
+    if wants_k(args):  # --k / --data: pass@k evaluation of any model and task
+        return cmd_eval_k(args)
+    from dataclasses import replace
+
+    from rlvr.eval.run import ModelSetup, evaluate_model
+
+    try:
+        options = eval_options(args.set, getattr(args, "run_options", None))
+        setup = replace(
+            getattr(args, "model_setup", None) or ModelSetup(),
+            model=args.model,
+            policy=options["policy"],
+            engine=args.engine,
+            engine_options=options["engine_options"],
+        )
         metrics = evaluate_model(
-            args.model,
+            setup,
             args.task,
-            eval_task_options(args.set),
+            options["task_options"],
             split=args.split,
             size=args.size,
             samples=args.samples,
             temperature=args.temperature,
+            top_p=args.top_p,
             max_new_tokens=args.max_new_tokens,
             seed=args.seed,
         )
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, ImportError) as err:
         return _fail(str(err))
     print(json.dumps(metrics, indent=1))
     return 0
@@ -383,28 +405,44 @@ def _task_help() -> str:
 def _add_eval(sub) -> None:
     p = sub.add_parser("eval", help="evaluate a policy on a task split")
     p.add_argument(
-        "--model", default="embedded", help="'embedded', a checkpoint's policy/ dir, or a hub id"
+        "--run",
+        metavar="RUN_DIR",
+        help="evaluate the run's newest checkpoint (RUN_DIR/checkpoint/policy) with the run's "
+        "own task, task options (template, data, fields), policy options (chat template), "
+        "response budget, sampling settings, eval size, samples and seed, from its "
+        "config.yaml; the flags below override them",
     )
-    p.add_argument("--task", default="arithmetic", help=_task_help())
+    p.add_argument(
+        "--model",
+        help="'embedded' (default), a checkpoint's policy/ dir, or a hub id; a checkpoint "
+        "inside a run directory is evaluated with the run's settings, as with --run",
+    )
+    p.add_argument("--task", help=_task_help() + " (default: arithmetic, or the run's)")
     p.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="task option, e.g. --set digits=3 or --set task_options.digits=3 (repeatable); "
-        "must match the options the model was trained with",
+        help="task option, e.g. --set digits=3 or --set task_options.digits=3, or "
+        "policy.KEY / engine_options.KEY (repeatable); must match the options the model "
+        "was trained with (--run sets them from the run)",
     )
     p.add_argument("--split", default="eval", help="train, dev or eval")
-    p.add_argument("--size", type=int, default=0, help="first N problems, N ≥ 1 (0: all)")
-    p.add_argument("--samples", type=int, default=1, help="samples per problem (avg@k, pass@k)")
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument(
+        "--size", type=int, default=None, help="first N problems, N ≥ 1 (0: all; default: 0)"
+    )
+    p.add_argument(
+        "--samples", type=int, default=None, help="samples per problem (avg@k, pass@k; default 1)"
+    )
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature (1)")
     p.add_argument(
         "--max-new-tokens",
         type=int,
         default=None,
-        help="response budget in tokens (default: the task's, which fits its answers)",
+        help="response budget in tokens (default: the run's, or the task's, which fits its "
+        "answers)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (default: 0)")
     from rlvr.cli_eval_k import add_k_arguments
 
     add_k_arguments(p)

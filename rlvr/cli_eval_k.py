@@ -5,6 +5,7 @@ Heavy imports happen inside the functions, so building the CLI parser stays fast
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from typing import Any
@@ -17,8 +18,12 @@ def add_k_arguments(parser: argparse.ArgumentParser) -> None:
         "--data", help="JSONL/JSON/Parquet file of the task (every row is evaluated)"
     )
     parser.add_argument("--items", help="write one JSONL line per item (samples and verdicts) here")
-    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (with --k)")
-    parser.add_argument("--engine", default="hf", choices=("hf", "vllm"), help="rollout engine")
+    parser.add_argument(
+        "--top-p", type=float, default=None, help="nucleus sampling (default: 1, or the run's)"
+    )
+    parser.add_argument(
+        "--engine", default=None, choices=("hf", "vllm"), help="rollout engine (default: hf)"
+    )
     parser.add_argument("--batch-size", type=int, default=64, help="prompts per generate call")
 
 
@@ -27,10 +32,11 @@ def wants_k(args: argparse.Namespace) -> bool:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's options (`rlvr eval --run`, else none) with `--set` applied over them."""
     from rlvr.tasks import task_options
     from rlvr.train.config import apply_override
 
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = copy.deepcopy(getattr(args, "run_options", None) or {})
     for assignment in args.set:
         apply_override(options, assignment)
     unknown = sorted(set(options) - {"task_options", "policy", "engine_options"})
@@ -47,38 +53,28 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {**options, "task_options": task_opts}
 
 
-def _engine(args, policy, tokenizer, engine_options):
-    if args.engine == "vllm":
-        from rlvr.rollout.vllm_engine import VLLMEngine
-
-        return VLLMEngine.create(policy, tokenizer, **engine_options)
-    from rlvr.rollout import HFEngine
-
-    return HFEngine(policy, tokenizer)
-
-
 def evaluate_from_args(args: argparse.Namespace) -> dict[str, float]:
     """Load the model and task the arguments name and run `evaluate_k`."""
+    from dataclasses import replace
+
     from rlvr.eval.bench import KSettings, evaluate_k
-    from rlvr.eval.run import response_budget, select_problems
-    from rlvr.models.hf_policy import chat_formatted, prepare_policy
-    from rlvr.models.policy_options import PolicyOptions
+    from rlvr.eval.run import ModelSetup, load_engine, response_budget, select_problems
     from rlvr.tasks import make_task
-    from rlvr.warmstart import load_policy
 
     options = _options(args)
     task = make_task(args.task, **options["task_options"])
-    policy, tokenizer, _ = load_policy(args.model, args.task, options["task_options"], 0)
-    if args.model != "embedded":
-        policy_options = PolicyOptions.from_dict(options.get("policy"))
-        policy, _ = prepare_policy(policy, policy_options)
-        task = chat_formatted(task, tokenizer, policy_options)
-    policy.eval()  # dropout off
+    budget = response_budget(task, args.max_new_tokens)
+    setup = replace(
+        getattr(args, "model_setup", None) or ModelSetup(),
+        model=args.model,
+        policy=options.get("policy", {}),
+        engine=args.engine,
+        engine_options=options.get("engine_options", {}),
+    )
+    engine = load_engine(setup, task, args.task, options["task_options"], budget)
     problems = select_problems(task, args.split, args.size)
     k = args.k if args.k is not None else args.samples
-    budget = response_budget(task, args.max_new_tokens)
     settings = KSettings(k, args.temperature, args.top_p, budget, args.seed, args.batch_size)
-    engine = _engine(args, policy, tokenizer, options.get("engine_options", {}))
     return evaluate_k(engine, task, problems, settings, args.items)
 
 

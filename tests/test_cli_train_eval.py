@@ -50,6 +50,15 @@ def test_train_writes_everything_and_eval_reads_the_checkpoint(tmp_path, capsys)
     code = main(["eval", "--model", str(out / "checkpoint" / "policy"), "--size", "8"])
     metrics = json.loads(capsys.readouterr().out)
     assert code == 0 and metrics["eval/items"] == 8 and 0 <= metrics["eval/accuracy"] <= 1
+    # --run evaluates the final checkpoint as the run's own last evaluation did (its task,
+    # budget, eval_size, samples, temperature and eval seed): the same numbers.
+    assert main(["eval", "--run", str(out)]) == 0
+    again = json.loads(capsys.readouterr().out)
+    final = summary["final"]
+    assert again["eval/items"] == 8
+    for name in ("eval/accuracy", "eval/greedy_accuracy", "eval/format_rate"):
+        assert again[name] == final[name], name
+    assert metrics["eval/accuracy"] == again["eval/accuracy"]  # --model inside the run: same
 
 
 def test_resolved_config_reloads_to_the_same_run(tmp_path, capsys):

@@ -2,17 +2,67 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.checks import is_int
 from rlvr.eval.evaluate import evaluate_policy
-from rlvr.rollout import HFEngine
+from rlvr.models.hf_policy import chat_formatted, prepare_policy
+from rlvr.models.load import EMBEDDED
+from rlvr.models.policy_options import PolicyOptions
+from rlvr.rollout import HFEngine, RolloutEngine
+from rlvr.rollout.interrupt import ForcedInterruption
 from rlvr.tasks import SPLITS, Problem, Task, make_task
 from rlvr.warmstart import load_policy
 
 
+@dataclass(frozen=True)
+class ModelSetup:
+    """How a policy is loaded and sampled from; `rlvr eval --run` fills it from the run's
+    config so that a checkpoint is evaluated as it was trained."""
+
+    model: str = EMBEDDED
+    """'embedded', a directory such as runs/demo/checkpoint/policy, or a hub id."""
+    policy: dict[str, Any] = field(default_factory=dict)
+    """`PolicyOptions` of a Hugging Face policy (chat_template, dtype, device, ...)."""
+    engine: str = "hf"
+    """'hf' (in-process) or 'vllm'."""
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    fp32_head: bool = True
+    """The in-process engine computes the LM head in float32 (the recipe's choice)."""
+    think_budget: int | None = None
+    """Forced length interruption after this many tokens (`rlvr.rollout.interrupt`)."""
+    interrupt_phrase: str = " Final answer:"
+
+
+def load_engine(
+    setup: ModelSetup, task: Task, task_name: str, task_options: dict, max_new_tokens: int
+) -> RolloutEngine:
+    """The engine sampling from `setup`'s policy (dropout off). With a chat template,
+    `task`'s prompts are re-rendered in place, so select its problems afterwards."""
+    policy, tokenizer, _ = load_policy(setup.model, task_name, task_options, 0)
+    if setup.model != EMBEDDED:
+        options = PolicyOptions.from_dict(setup.policy)
+        policy, _ = prepare_policy(policy, options)
+        chat_formatted(task, tokenizer, options)
+    policy.eval()  # dropout off
+    engine: RolloutEngine
+    if setup.engine == "vllm":
+        from rlvr.rollout.vllm_engine import VLLMEngine
+
+        engine = VLLMEngine.create(policy, tokenizer, **setup.engine_options)
+    else:
+        compile_ = setup.engine_options.get("compile", False)
+        engine = HFEngine(policy, tokenizer, fp32_head=setup.fp32_head, compile=compile_)
+    if setup.think_budget is not None:
+        engine = ForcedInterruption(
+            engine, tokenizer, setup.think_budget, setup.interrupt_phrase, max_new_tokens
+        )
+    return engine
+
+
 def evaluate_model(
-    model: str,
+    model: str | ModelSetup,
     task_name: str,
     task_options: dict[str, Any],
     *,
@@ -20,26 +70,31 @@ def evaluate_model(
     size: int = 0,
     samples: int = 1,
     temperature: float = 1.0,
+    top_p: float = 1.0,
     max_new_tokens: int | None = None,
     seed: int = 0,
 ) -> dict[str, float]:
-    """Metrics of `model` ('embedded', a directory such as runs/demo/checkpoint/policy, or
-    a hub id) on the first `size` problems of `split` (0: all), with a response budget of
-    `max_new_tokens` (None: the task's default)."""
+    """Metrics of `model` (a name, or a `ModelSetup`) on the first `size` problems of
+    `split` (0: all), with a response budget of `max_new_tokens` (None: the task's
+    default): avg@samples at `temperature` and `top_p`, pass@samples, greedy accuracy."""
+    setup = model if isinstance(model, ModelSetup) else ModelSetup(model)
     task = make_task(task_name, **task_options)
-    problems = select_problems(task, split, size)
+    select_problems(task, split, size)  # a bad split or size is named before loading
     _check_count("samples", samples, 1, "samples per problem")
     max_new_tokens = response_budget(task, max_new_tokens)
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
-    policy, tokenizer, _ = load_policy(model, task_name, task_options, 0)
-    policy.eval()  # dropout off
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    engine = load_engine(setup, task, task_name, task_options, max_new_tokens)
+    problems = select_problems(task, split, size)
     result = evaluate_policy(
-        HFEngine(policy, tokenizer),
+        engine,
         task,
         problems,
         samples=samples,
         temperature=temperature,
+        top_p=top_p,
         max_new_tokens=max_new_tokens,
         seed=seed,
     )
