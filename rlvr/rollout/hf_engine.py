@@ -17,6 +17,7 @@ import warnings
 import torch
 from transformers import DynamicCache
 
+from rlvr.models.context import context_length, response_limits
 from rlvr.models.fused_llama import left_pad, supports
 from rlvr.models.logprobs import lm_head_logits
 from rlvr.models.tokenizer import Tokenizer
@@ -80,6 +81,7 @@ class HFEngine(TextPrompts):
         self.tokenizer = tokenizer
         self.fp32_head = fp32_head
         self._cache_kwarg = _cache_kwarg(model)
+        self.context = context_length(model)
         # Llama-family models decode through rlvr's lean loop; anything else through
         # the model's own forward.
         lean = static_cache and supports(model)
@@ -133,7 +135,10 @@ class HFEngine(TextPrompts):
             prompt_ids[::group], self.tokenizer.pad_token_id, device
         )
         batch = len(prompt_ids)
-        lengths = torch.full((batch,), params.max_new_tokens, dtype=torch.long, device=device)
+        # A row stops at the model's context even when max_new_tokens would go past it.
+        limits = response_limits(map(len, prompt_ids[::group]), params.max_new_tokens, self.context)
+        lengths = torch.tensor(limits, dtype=torch.long, device=device).repeat_interleave(group)
+        last_step = lengths - 1
         done = torch.zeros(batch, dtype=torch.bool, device=device)
         logprobs = []
 
@@ -143,13 +148,13 @@ class HFEngine(TextPrompts):
             return token
 
         def stop(token: torch.Tensor, step: int) -> bool:
-            ended = ~done & (token == self.tokenizer.eos_token_id)
+            ended = ~done & ((token == self.tokenizer.eos_token_id) | (last_step == step))
             lengths.masked_fill_(ended, step + 1)
             done.logical_or_(ended)
             return bool(done.all())
 
         decode = self._static.decode if self._static is not None else self._dynamic_decode
-        tokens = decode(input_ids, attention_mask, group, params.max_new_tokens, sample, stop)
+        tokens = decode(input_ids, attention_mask, group, max(limits), sample, stop)
         return torch.stack(tokens, -1), torch.stack(logprobs, -1), lengths
 
     def _dynamic_decode(self, input_ids, attention_mask, group, max_new_tokens, sample, stop):
