@@ -54,12 +54,15 @@ def run_cell(config: dict[str, Any]) -> dict[str, Any]:
 
 def cell_mode(cfg) -> str:
     """'resume' for a partial run with a good checkpoint and the same config, else
-    'overwrite' (nothing there, or nothing usable)."""
-    from rlvr.train.checkpoint import find_resumable
+    'overwrite' (nothing there, or nothing usable, e.g. a LoRA checkpoint without adapter)."""
+    from rlvr.train.checkpoint import find_resumable, resumable_with
     from rlvr.train.run import check_same_run
 
     out = Path(cfg.out)
-    if not (out / "config.yaml").is_file() or find_resumable(out) is None:
+    checkpoint = find_resumable(out) if (out / "config.yaml").is_file() else None
+    if checkpoint is None or not resumable_with(
+        checkpoint, lora=cfg.policy.get("lora") is not None
+    ):
         return "overwrite"
     try:
         check_same_run(out, cfg)

@@ -170,13 +170,19 @@ def load_policy_weights(policy: torch.nn.Module, checkpoint: Path) -> None:
     if not lora_layers(policy):
         _load_pretrained(policy, checkpoint / "policy")
         return
-    if not (checkpoint / ADAPTER).is_dir():
+    if not resumable_with(checkpoint, lora=True):
         raise ValueError(
             f"checkpoint {checkpoint} has no {ADAPTER}/ although policy.lora is set: it was "
             f"written by an rlvr that saved only the merged weights, which cannot be split "
             f"back into base model and adapter; start the run again with --overwrite"
         )
     load_adapter(policy, checkpoint / ADAPTER)
+
+
+def resumable_with(checkpoint: Path, lora: bool) -> bool:
+    """Whether `checkpoint` holds what a policy with (or without) LoRA resumes from: a LoRA
+    checkpoint of an older rlvr has the merged weights only."""
+    return not lora or (Path(checkpoint) / ADAPTER).is_dir()
 
 
 def _load_pretrained(model: torch.nn.Module, directory: Path) -> None:
