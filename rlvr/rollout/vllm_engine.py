@@ -7,7 +7,8 @@ has the memory, and wakes before sampling. After every optimizer step the traine
 merged W + (α/r)·B·A under the base model's names (`merged_state_dict`), so vLLM never
 needs to know about adapters. Sampled tokens come back with their sampler log-probs
 (vLLM's `processed_logprobs`: after temperature, and after top-p when top_p < 1) for the
-trainer's mismatch correction.
+trainer's mismatch correction. Every prompt gets its own seed (`prompt_seeds`) and a
+token limit that keeps prompt + response within the model's context.
 
 Everything vLLM-specific sits in `VLLMBackend`; the engine speaks to a small `Backend`
 protocol, so it is tested on CPU with a fake backend. vLLM is imported only when this
@@ -23,6 +24,7 @@ from typing import Any, Protocol
 
 import torch
 
+from rlvr.models.context import context_length, response_limits
 from rlvr.models.hf_policy import merged_state_dict
 from rlvr.models.tokenizer import Tokenizer
 from rlvr.rollout.base import Generation, SamplingParams, TextPrompts
@@ -49,9 +51,12 @@ class Backend(Protocol):
         n: int,
         temperature: float,
         top_p: float,
-        max_tokens: int,
-        seed: int,
-    ) -> list[list[Sample]]: ...
+        max_tokens: list[int],
+        seeds: list[int],
+    ) -> list[list[Sample]]:
+        """`n` samples of each prompt; prompt i gets at most `max_tokens[i]` new tokens and
+        its own seed `seeds[i]` (vLLM seeds its j-th sample with seeds[i] + j)."""
+        ...
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None: ...
 
@@ -71,6 +76,7 @@ class VLLMEngine(TextPrompts):
         self.state = "awake"
         """awake, asleep (weights offloaded, KV cache freed) or weights (only weights back)."""
         self.synced_steps = 0
+        self.context = context_length(model)
 
     @classmethod
     def create(
@@ -120,24 +126,23 @@ class VLLMEngine(TextPrompts):
     def generate_ids(
         self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator
     ) -> Generation:
-        # The backend's seed is drawn from the trainer's generator: runs stay reproducible.
-        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+        limits = response_limits(map(len, prompts), params.max_new_tokens, self.context)
+        seeds = prompt_seeds(len(prompts), params.group_size, generator)
         self._wake()
         try:
             groups = self.backend.generate(
-                prompts,
-                params.group_size,
-                params.temperature,
-                params.top_p,
-                params.max_new_tokens,
-                seed,
+                prompts, params.group_size, params.temperature, params.top_p, limits, seeds
             )
         finally:
             self._sleep()
-        return self._package(prompts, groups, params)
+        return self._package(prompts, groups, params, limits)
 
     def _package(
-        self, prompts: list[list[int]], groups: list[list[Sample]], params: SamplingParams
+        self,
+        prompts: list[list[int]],
+        groups: list[list[Sample]],
+        params: SamplingParams,
+        limits: list[int],
     ) -> Generation:
         if len(groups) != len(prompts) or any(len(g) != params.group_size for g in groups):
             raise ValueError(
@@ -151,8 +156,12 @@ class VLLMEngine(TextPrompts):
         logprobs = torch.zeros(batch, steps)
         mask = torch.zeros(batch, steps)
         for row, s in enumerate(samples):
-            if len(s.logprobs) != len(s.token_ids) or len(s.token_ids) > params.max_new_tokens:
-                raise ValueError(f"sample {row}: inconsistent token ids and log-probs")
+            limit = limits[row // params.group_size]
+            if len(s.logprobs) != len(s.token_ids) or len(s.token_ids) > limit:
+                raise ValueError(
+                    f"sample {row}: {len(s.token_ids)} token ids, {len(s.logprobs)} log-probs "
+                    f"(at most {limit} tokens asked for)"
+                )
             n = len(s.token_ids)
             ids[row, :n] = torch.tensor(s.token_ids, dtype=torch.long)
             logprobs[row, :n] = torch.tensor(s.logprobs, dtype=torch.float32)
@@ -171,6 +180,16 @@ class VLLMEngine(TextPrompts):
             prompt_index=torch.arange(len(prompts)).repeat_interleave(params.group_size),
             texts=texts,
         )
+
+
+def prompt_seeds(prompts: int, group_size: int, generator: torch.Generator) -> list[int]:
+    """One sampler seed per prompt, drawn from the trainer's generator (runs stay
+    reproducible). vLLM seeds sample j of a prompt with seed + j, so the seeds are spaced
+    `group_size` apart: no two samples of a call share a noise stream, not even those of a
+    repeated prompt."""
+    span = prompts * group_size
+    base = int(torch.randint(0, 2**31 - 1 - span, (1,), generator=generator))
+    return [base + i * group_size for i in range(prompts)]
 
 
 def _model_path(model: torch.nn.Module) -> str:
@@ -206,10 +225,13 @@ class VLLMBackend:
         options.setdefault("logprobs_mode", "processed_logprobs")
         self.llm = vllm.LLM(model=model_path, enable_sleep_mode=enable_sleep_mode, **options)
 
-    def generate(self, prompt_ids, n, temperature, top_p, max_tokens, seed):
-        params = self._vllm.SamplingParams(
-            n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0, seed=seed
-        )
+    def generate(self, prompt_ids, n, temperature, top_p, max_tokens, seeds):
+        params = [
+            self._vllm.SamplingParams(
+                n=n, temperature=temperature, top_p=top_p, max_tokens=m, logprobs=0, seed=seed
+            )
+            for m, seed in zip(max_tokens, seeds, strict=True)
+        ]
         prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [[_sample(c) for c in out.outputs] for out in outputs]

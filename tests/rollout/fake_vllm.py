@@ -26,19 +26,21 @@ class FakeBackend:
         )
         self.sampler = HFEngine(self.inference, ids)
 
-    def generate(self, prompt_ids, n, temperature, top_p, max_tokens, seed):
+    def generate(self, prompt_ids, n, temperature, top_p, max_tokens, seeds):
         self.calls.append("generate")
-        params = SamplingParams(n, temperature, top_p, max_tokens)
-        gen = self.sampler.generate_ids(prompt_ids, params, torch.Generator().manual_seed(seed))
-        groups = [[] for _ in prompt_ids]
-        for row, i in enumerate(gen.prompt_index.tolist()):
-            length = int(gen.response_lengths[row])
-            groups[i].append(
-                Sample(
-                    gen.response_ids[row, :length].tolist(),
-                    gen.sampler_logprobs[row, :length].tolist(),
-                    not bool(gen.truncated[row]),
-                )
+        groups = []
+        for ids, limit, seed in zip(prompt_ids, max_tokens, seeds, strict=True):
+            params = SamplingParams(n, temperature, top_p, limit)
+            gen = self.sampler.generate_ids([ids], params, torch.Generator().manual_seed(seed))
+            groups.append(
+                [
+                    Sample(
+                        gen.response_ids[row, :length].tolist(),
+                        gen.sampler_logprobs[row, :length].tolist(),
+                        not bool(gen.truncated[row]),
+                    )
+                    for row, length in enumerate(gen.response_lengths.tolist())
+                ]
             )
         return groups
 

@@ -13,7 +13,7 @@ from hf_testlib import build_tiny_hf_model, gsm8k_rows, write_jsonl
 
 from rlvr.models.hf_policy import merged_state_dict
 from rlvr.rollout import SamplingParams
-from rlvr.rollout.vllm_engine import Sample, VLLMEngine
+from rlvr.rollout.vllm_engine import Sample, VLLMBackend, VLLMEngine
 from rlvr.train.config import resolve_config
 from rlvr.train.loop import Trainer
 
@@ -22,7 +22,7 @@ class StaticBackend:
     def __init__(self, groups):
         self.groups, self.calls = groups, []
 
-    def generate(self, prompt_ids, n, temperature, top_p, max_tokens, seed):
+    def generate(self, prompt_ids, n, temperature, top_p, max_tokens, seeds):
         self.calls.append(("generate", n, temperature, top_p, max_tokens))
         return self.groups
 
@@ -63,9 +63,9 @@ def test_samples_are_packaged_as_a_generation():
     assert gen.texts == ["ab", "abc", "", "d"]
     assert gen.prompt_ids == [[80], [80], [81], [81]]
     # sampled awake, then put to sleep for the training phase
-    assert backend.calls == [("generate", 2, 0.7, 0.9, 3), "sleep"]
+    assert backend.calls == [("generate", 2, 0.7, 0.9, [3, 3]), "sleep"]
     engine.generate(["P", "Q"], SamplingParams(2, 0.7, 0.9, 3), torch.Generator())
-    assert backend.calls[2:] == [("wake_up", None), ("generate", 2, 0.7, 0.9, 3), "sleep"]
+    assert backend.calls[2:] == [("wake_up", None), ("generate", 2, 0.7, 0.9, [3, 3]), "sleep"]
 
 
 def test_sync_wakes_weights_only_then_kv_cache_before_sampling():
@@ -80,7 +80,7 @@ def test_sync_wakes_weights_only_then_kv_cache_before_sampling():
         ("wake_up", ["weights"]),
         "load_weights",
         ("wake_up", ["kv_cache"]),
-        ("generate", 1, 1.0, 1.0, 2),
+        ("generate", 1, 1.0, 1.0, [2]),
         "sleep",
     ]
 
@@ -133,3 +133,59 @@ def test_trainer_with_the_vllm_engine_syncs_merged_lora_weights(tmp_path):
     # the adapters moved, so the served q_proj differs from the base weight
     base = trainer.model.model.layers[0].self_attn.q_proj.base_layer.weight
     assert not torch.equal(served["model.layers.0.self_attn.q_proj.weight"], base)
+
+
+class FakeLLM:
+    """`vllm.LLM` as far as `VLLMBackend.generate` uses it: records the sampling params
+    and answers each prompt with `n` one-token completions that stop on EOS."""
+
+    def __init__(self, model, **options):
+        self.calls = []
+
+    def generate(self, prompts, params, use_tqdm=True):
+        # like vLLM: one SamplingParams for every prompt, or a list of one per prompt
+        params = params if isinstance(params, list) else [params] * len(prompts)
+        self.calls.append((prompts, params))
+        eos = SimpleNamespace(logprob=-0.5)
+        completion = SimpleNamespace(token_ids=[1], logprobs=[{1: eos}], finish_reason="stop")
+        return [SimpleNamespace(outputs=[completion] * p.n) for p in params]
+
+
+def fake_vllm_backend(monkeypatch):
+    fake = SimpleNamespace(LLM=FakeLLM, SamplingParams=lambda **kw: SimpleNamespace(**kw))
+    monkeypatch.setattr("rlvr.rollout.vllm_engine.import_vllm", lambda: fake)
+    return VLLMBackend("local/model")
+
+
+def model_with_context(positions):
+    return SimpleNamespace(config=SimpleNamespace(max_position_embeddings=positions))
+
+
+def test_every_prompt_gets_its_own_seed_spaced_by_the_group(monkeypatch):
+    backend = fake_vllm_backend(monkeypatch)
+    engine = VLLMEngine(model_with_context(512), CharIds(), backend, sleep=False)
+    # the same prompt twice: with one seed for the call its samples would be identical
+    engine.generate(["P", "P", "Q"], SamplingParams(3, 1.0, 1.0, 4), torch.Generator())
+    prompts, params = backend.llm.calls[0]
+    assert [p["prompt_token_ids"] for p in prompts] == [[80], [80], [81]]
+    seeds = [p.seed for p in params]
+    # vLLM seeds sample j of a prompt with seed + j: the 3 × 3 samples' seeds all differ
+    assert len({s + j for s in seeds for j in range(3)}) == 9
+    assert [seeds[1] - seeds[0], seeds[2] - seeds[1]] == [3, 3]
+    assert all(p.n == 3 and p.max_tokens == 4 and p.logprobs == 0 for p in params)
+    # drawn from the trainer's generator: the same generator state gives the same seeds
+    engine.generate(["P", "P", "Q"], SamplingParams(3, 1.0, 1.0, 4), torch.Generator())
+    assert [p.seed for p in backend.llm.calls[1][1]] == seeds
+    engine.generate(["P"], SamplingParams(3, 1.0, 1.0, 4), torch.Generator().manual_seed(1))
+    assert backend.llm.calls[2][1][0].seed not in seeds
+
+
+def test_vllm_engine_never_asks_past_the_context(monkeypatch):
+    backend = fake_vllm_backend(monkeypatch)
+    engine = VLLMEngine(model_with_context(6), CharIds(), backend, sleep=False)
+    gen = engine.generate(["PPPP", "Q"], SamplingParams(2, 1.0, 1.0, 4), torch.Generator())
+    # context 6: the 4-token prompt leaves 2 tokens, the 1-token prompt the 4 asked for
+    assert [p.max_tokens for p in backend.llm.calls[0][1]] == [2, 4]
+    assert gen.response_lengths.tolist() == [1, 1, 1, 1]
+    with pytest.raises(ValueError, match="prompt 0 has 6 tokens"):
+        engine.generate(["PPPPPP"], SamplingParams(2, 1.0, 1.0, 4), torch.Generator())
