@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlvr.models.context import check_context, context_length
 from rlvr.models.hf_policy import chat_formatted, prepare_policy
 from rlvr.models.policy_options import PolicyOptions
 from rlvr.rewards import attach_rewards, parse_reward_funcs
+from rlvr.tasks.base import SPLITS
 
 ENGINES = ("hf", "vllm")
 
@@ -58,7 +60,21 @@ def prepare_components(
     attach_rewards(
         task, cfg.reward_funcs, cfg.reward_timeout_s, cfg.reward_errors, cfg.reward_isolation
     )
+    # Before any generation: a budget that cannot fit is refused, not cut row by row.
+    check_context(cfg.max_new_tokens, context_length(model), longest_prompt(task, tokenizer))
     return model, task
+
+
+def longest_prompt(task: Any, tokenizer: Any) -> int:
+    """Tokens of the task's longest prompt over every split, as the engine will see it
+    (chat template applied). A Hugging Face tokenizer encodes them in one batch."""
+    prompts = list({p.prompt for split in SPLITS for p in task.problems(split)})
+    if not prompts:
+        return 0
+    hf = getattr(tokenizer, "hf_tokenizer", None)
+    if hf is not None:
+        return max(map(len, hf(prompts, add_special_tokens=False)["input_ids"]))
+    return max(len(tokenizer.encode(p)) for p in prompts)
 
 
 def make_engine(cfg: Any, model: Any, tokenizer: Any, fp32_head: bool) -> Any:
