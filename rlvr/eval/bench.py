@@ -18,6 +18,7 @@ import torch
 from rlvr.eval.passk import majority_correct, pass_at_k
 from rlvr.eval.significance import t_interval
 from rlvr.rollout import RolloutEngine, SamplingParams
+from rlvr.rollout.episodes import generate_for
 from rlvr.tasks import Problem, Task
 
 
@@ -44,7 +45,7 @@ def score_items(
     records = []
     for at in range(0, len(problems), settings.batch_size):
         chunk = problems[at : at + settings.batch_size]
-        gen = engine.generate([p.prompt for p in chunk], params, generator)
+        gen = generate_for(engine, task, chunk, params, generator)
         lengths = gen.response_lengths.tolist()
         samples: list[list[dict[str, Any]]] = [[] for _ in chunk]
         for row, i in enumerate(gen.prompt_index.tolist()):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.rollout import RolloutEngine, SamplingParams
+from rlvr.rollout.episodes import generate_for
 from rlvr.tasks import Problem, Task
 
 # top_p this small keeps only the most likely token: greedy decoding through the same engine.
@@ -28,7 +29,7 @@ class EvalResult:
 def _run(engine, task, problems, params, seed) -> tuple[list[float], list[float], list[float]]:
     generator = torch.Generator().manual_seed(seed)
     correct, formatted, lengths = [], [], []
-    gen = engine.generate([p.prompt for p in problems], params, generator)
+    gen = generate_for(engine, task, problems, params, generator)
     for i, text in zip(gen.prompt_index.tolist(), gen.texts, strict=True):
         verdict = task.verify(problems[i], text)
         correct.append(float(verdict.correct))

@@ -63,6 +63,9 @@ class Generation:
     forced_mask: torch.Tensor | None = None
     """(B, T) float32 or None: 1 on tokens the engine inserted instead of sampling (forced
     length interruption). They are context for later tokens, never trained on."""
+    episodes: list | None = None
+    """Multi-turn episodes (`rlvr.rollout.episodes`): one `EpisodeRecord` per row, whose
+    `forced_mask` then also marks the environment's observation tokens. None: one turn."""
 
     def __post_init__(self) -> None:
         batch, steps = self.response_ids.shape

@@ -13,7 +13,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from rlvr.checks import check_int, is_int
 from rlvr.verify import Verdict, safe_verify
@@ -44,6 +44,9 @@ class Task(ABC):
 
     name: str = "task"
     verify_timeout_s: float = 1.0
+    episode_budgets: Any = None
+    """`rlvr.envs.EpisodeBudgets` of a multi-turn task, whose `environment(problem)` answers
+    the policy's turns (rlvr/rollout/episodes.py); None: one turn, no environment."""
     loads_data: bool = False
     """Problems come from files or the hub, read on first use: checks that need them (such
     as the eval split's size) wait until the trainer loads them, not config validation."""
@@ -76,6 +79,11 @@ class Task(ABC):
         its EOS and ``BUDGET_SLACK``. Counted in characters, which is exact for the
         embedded character tokenizer and an upper bound for subword tokenizers."""
         return self.longest_target_chars + 1 + BUDGET_SLACK
+
+    def environment(self, problem: Problem) -> Any:
+        """A fresh `rlvr.envs.Environment` for one episode of `problem` (multi-turn tasks,
+        whose `episode_budgets` is set)."""
+        raise NotImplementedError(f"task {self.name!r} is single-turn: it has no environment")
 
     def verify(self, problem: Problem, completion: str) -> Verdict:
         """Score a completion; any exception or time-out becomes a failed Verdict."""

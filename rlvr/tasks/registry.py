@@ -7,6 +7,7 @@ from typing import Any
 
 from rlvr.tasks.arithmetic import ArithmeticTask
 from rlvr.tasks.base import Task
+from rlvr.tasks.calculator import CalculatorTask
 from rlvr.tasks.countdown import CountdownTask
 from rlvr.tasks.math_data import DATA_TASKS
 from rlvr.tasks.worked import WorkedArithmeticTask
@@ -14,6 +15,7 @@ from rlvr.tasks.worked import WorkedArithmeticTask
 TASKS: dict[str, type[Task]] = {
     ArithmeticTask.name: ArithmeticTask,
     CountdownTask.name: CountdownTask,
+    CalculatorTask.name: CalculatorTask,
     WorkedArithmeticTask.name: WorkedArithmeticTask,
     **DATA_TASKS,
 }

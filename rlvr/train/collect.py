@@ -21,6 +21,7 @@ from rlvr.algo.recipes import Recipe
 from rlvr.algo.selection import informative_groups, sampling_signal
 from rlvr.rewards import reward_metrics, score_batch
 from rlvr.rollout import RolloutEngine, SamplingParams
+from rlvr.rollout.episodes import generate_for
 from rlvr.tasks import Problem, Task
 from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.rollout_record import Rollout, from_generation
@@ -48,8 +49,9 @@ def sample_groups(
     generator: torch.Generator,
     group_offset: int,
 ) -> Rollout:
-    """Generate `params.group_size` responses per problem and verify each one."""
-    gen = engine.generate([p.prompt for p in problems], params, generator)
+    """Generate `params.group_size` responses (episodes, for a multi-turn task) per
+    problem and verify each one."""
+    gen = generate_for(engine, task, problems, params, generator)
     verdicts = [
         task.verify(problems[i], text)
         for i, text in zip(gen.prompt_index.tolist(), gen.texts, strict=True)
@@ -109,8 +111,7 @@ def collect_rollouts(
         every.append(batch)
         first_round_s = first_round_s or time.perf_counter() - start
         retired += _record_passes(pool, batch)
-        if _drops_failed(task):
-            batch = _without_failed_groups(batch)
+        batch = _without_failed_groups(batch, task)
         if recipe.dynamic_sampling:
             signal = sampling_signal(recipe.dynamic_sampling_key, batch.correct, batch.rewards)
             batch = batch.select(informative_groups(signal, batch.group_ids).nonzero().squeeze(-1))
@@ -131,17 +132,42 @@ def collect_rollouts(
     )
 
 
-def _drops_failed(task: Task) -> bool:
+def _failed_rows(rollout: Rollout, task: Task) -> torch.Tensor:
+    """(B,) bool: rows whose failure costs their group its place in the update: a failed
+    reward under `reward_errors="drop"`, a failed environment under `env_errors="drop"`
+    (an environment failure under "stop" ends the run here, naming it)."""
+    failed = torch.zeros(len(rollout), dtype=torch.bool)
     model = getattr(task, "reward_model", None)
-    return model is not None and model.on_error == "drop"
+    if model is not None and model.on_error == "drop" and rollout.reward_failed is not None:
+        failed |= rollout.reward_failed
+    budgets = getattr(task, "episode_budgets", None)
+    if budgets is not None and rollout.episodes is not None:
+        broken = torch.tensor(
+            [e is not None and e.env_failed is not None for e in rollout.episodes]
+        )
+        if budgets.env_errors == "stop" and broken.any():
+            first = rollout.episodes[int(broken.nonzero()[0])]
+            raise EnvironmentFailed(
+                f"the environment of task {task.name!r} failed ({first.env_failed}) on "
+                f"{int(broken.sum())} of {len(rollout)} episodes; env_errors='stop' ends the "
+                f"run ('drop' or 'keep' would flag the sample and go on)"
+            )
+        if budgets.env_errors == "drop":
+            failed |= broken
+    return failed
 
 
-def _without_failed_groups(rollout: Rollout) -> Rollout:
-    """The prompt groups none of whose completions a reward function failed on
-    (`reward_errors="drop"`): a group's baseline needs all its rewards."""
-    if rollout.reward_failed is None or not rollout.reward_failed.any():
+class EnvironmentFailed(ValueError):
+    """An environment failed and the task's `env_errors` is "stop"."""
+
+
+def _without_failed_groups(rollout: Rollout, task: Task) -> Rollout:
+    """The prompt groups none of whose rows failed (`_failed_rows`): a group's baseline
+    needs all its rewards."""
+    failed = _failed_rows(rollout, task)
+    if not failed.any():
         return rollout
-    bad = torch.unique(rollout.group_ids[rollout.reward_failed])
+    bad = torch.unique(rollout.group_ids[failed])
     return rollout.select((~torch.isin(rollout.group_ids, bad)).nonzero().squeeze(-1))
 
 

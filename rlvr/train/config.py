@@ -186,6 +186,11 @@ class TrainConfig:
             raise ValueError(f"warm_target must be in [0, 1], got {self.warm_target!r}")
         if self.think_budget is not None and self.think_budget < 1:
             raise ValueError(f"think_budget must be ≥ 1 or null, got {self.think_budget!r}")
+        if self.think_budget is not None and task.episode_budgets is not None:
+            raise ValueError(
+                f"think_budget applies to one-turn tasks; task {self.task!r} runs multi-turn "
+                f"episodes, whose turns have their own budget (task_options.max_turn_tokens)"
+            )
         self._check_run_safety()
         _check_parallel(self)
         if self.recipe not in RECIPES:

@@ -34,6 +34,7 @@ class Rollout:
     values: torch.Tensor | None = None  # (B, T) the critic's V before this step's updates
     forced_mask: torch.Tensor | None = None  # (B, T) 1 on engine-inserted tokens (interruption)
     reward_failed: torch.Tensor | None = None  # (B,) bool: a reward function failed on it
+    episodes: list | None = None  # (B) EpisodeRecord of multi-turn episodes (forced: observations)
 
     def __len__(self) -> int:
         return len(self.prompt_ids)
@@ -100,7 +101,11 @@ class Rollout:
             if all(v is None for v in values):
                 merged[f.name] = None
                 continue
-            if any(v is None for v in values):  # e.g. only some parts were interrupted
+            if isinstance(next(v for v in values if v is not None), list):
+                values = [
+                    [None] * len(p) if v is None else v for p, v in zip(parts, values, strict=True)
+                ]
+            elif any(v is None for v in values):  # e.g. only some parts were interrupted
                 like = next(v for v in values if v is not None)
                 values = [
                     like.new_zeros((len(p), *like.shape[1:])) if v is None else v
@@ -148,4 +153,5 @@ def from_generation(
         reward_failed=None
         if reward_failed is None
         else torch.tensor(reward_failed, dtype=torch.bool),
+        episodes=gen.episodes,
     )

@@ -12,6 +12,7 @@ import torch
 
 from rlvr.algo import PreparedBatch, selection_metrics
 from rlvr.train.collect import Collected
+from rlvr.train.episode_metrics import episode_metrics
 from rlvr.train.rollout_record import Rollout
 
 
@@ -42,6 +43,8 @@ def step_metrics(
         "reward/format_rate": float(every.formatted.mean()),
         "reward/failed_samples": _failed_samples(every),
         **selected,
+        **uniform_groups(every.correct, every.group_ids),
+        **episode_metrics(every.episodes),
         # Generation time is proportional to tokens: the discarded tokens' share of it.
         "time/rollout_s": rollout_s,
         "time/refill_s": rollout_s - collected.first_round_s,
@@ -61,13 +64,26 @@ def length_by_outcome(lengths: torch.Tensor, correct: torch.Tensor) -> dict[str,
     return out
 
 
+def uniform_groups(correct: torch.Tensor, group_ids: torch.Tensor) -> dict[str, float]:
+    """Generated groups whose responses were all correct, and all wrong: the two kinds of
+    zero-variance group (no signal) that dynamic sampling and the filters drop."""
+    _, index = torch.unique(group_ids, return_inverse=True)
+    size = torch.zeros(int(index.max()) + 1).index_add_(0, index, torch.ones_like(correct))
+    right = torch.zeros_like(size).index_add_(0, index, correct.float())
+    return {
+        "rollout/all_correct_groups": float((right == size).sum()),
+        "rollout/all_wrong_groups": float((right == 0).sum()),
+    }
+
+
 def _failed_samples(rollout: Rollout) -> float:
     """Generated responses on which some reward function failed (rlvr.reward_guard)."""
     return 0.0 if rollout.reward_failed is None else float(rollout.reward_failed.sum())
 
 
 def _interrupted_frac(rollout: Rollout) -> float:
-    """Fraction of responses that reached the thinking budget and got the end phrase."""
-    if rollout.forced_mask is None:
+    """Fraction of responses that reached the thinking budget and got the end phrase (an
+    episode's forced tokens are observations: `env/` metrics)."""
+    if rollout.forced_mask is None or rollout.episodes is not None:
         return 0.0
     return float((rollout.forced_mask.sum(-1) > 0).float().mean())

@@ -41,6 +41,7 @@ from rlvr.models.quiet import quiet_transformers
 from rlvr.models.tiny import ATTN_IMPLEMENTATION, build_tiny_policy, tiny_qwen2_config
 from rlvr.models.tokenizer import CharTokenizer
 from rlvr.rollout.base import SamplingParams
+from rlvr.rollout.episodes import generate_for
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.tasks import TASKS, Problem, Task, make_task
 
@@ -285,11 +286,10 @@ def dev_accuracy(
     generator: torch.Generator,
     max_new_tokens: int,
 ) -> float:
-    """Fraction of `problems` solved by one temperature-1 sample each."""
+    """Fraction of `problems` solved by one temperature-1 sample (episode, for a multi-turn
+    task) each."""
     params = SamplingParams(group_size=1, temperature=1.0, max_new_tokens=max_new_tokens)
-    generation = HFEngine(model, tokenizer).generate(
-        [p.prompt for p in problems], params, generator
-    )
+    generation = generate_for(HFEngine(model, tokenizer), task, problems, params, generator)
     verdicts = [task.verify(p, text) for p, text in zip(problems, generation.texts, strict=True)]
     return sum(v.correct for v in verdicts) / len(verdicts)
 

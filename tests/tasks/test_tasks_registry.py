@@ -9,6 +9,7 @@ def test_registry_contents():
     assert set(TASKS) == {
         "arithmetic",
         "countdown",
+        "calculator",
         "worked",
         "dataset",
         "gsm8k",
@@ -30,7 +31,7 @@ def test_make_task_passes_options():
 def test_unknown_task_lists_valid_ones():
     with pytest.raises(
         ValueError,
-        match="unknown task 'gsm9k'; valid tasks are: aime, arithmetic, countdown, dapo_math",
+        match="unknown task 'gsm9k'; valid tasks are: aime, arithmetic, calculator, countdown, dapo_math",
     ):
         make_task("gsm9k")
 

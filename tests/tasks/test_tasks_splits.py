@@ -13,6 +13,7 @@ from rlvr.tasks import (
     Problem,
     make_task,
 )
+from rlvr.tasks.calculator import CalculatorTask
 from rlvr.tasks.countdown import parse_prompt
 from rlvr.tasks.worked import WorkedArithmeticTask
 
@@ -24,6 +25,8 @@ SETTINGS = [
     (CountdownTask, {"num_count": 3, "max_number": 25}),
     (CountdownTask, {"num_count": 2, "max_number": 50, "max_target": 100}),
     (CountdownTask, {"num_count": 4, "max_number": 10}),
+    (CalculatorTask, {}),
+    (CalculatorTask, {"tools": False, "digits": 3}),
     (WorkedArithmeticTask, {"wrong_frac": 0.0}),  # wrong targets are tested in their file
     (WorkedArithmeticTask, {"min_terms": 2, "max_terms": 5, "short_frac": 0.0, "wrong_frac": 0}),
 ]
@@ -187,6 +190,7 @@ LEAK_SETTINGS = {
         + [{"digits": 3, "ops": "+*"}],
     ),
     "countdown": (_countdown_key, [{}, {"num_count": 4, "max_number": 10}]),
+    "calculator": (_arithmetic_key, [{}, {"tools": False}, {"digits": 3}]),
     "worked": (_worked_key, [{}, {"min_terms": 3, "max_terms": 5, "max_number": 5}]),
 }
 

@@ -114,7 +114,8 @@ def _rollout(group_ids, failed, correct, rewards) -> Rollout:
 
 def test_drop_leaves_out_the_whole_group_of_a_failed_sample():
     rollout = _rollout([0, 0, 1, 1], [False, True, False, False], [1, 0, 1, 0], [1, 0, 1, 0])
-    kept = _without_failed_groups(rollout)
+    task = type("T", (), {"reward_model": _model("user_rewards:brevity")})()
+    kept = _without_failed_groups(rollout, task)
     assert kept.group_ids.tolist() == [1, 1]  # group 0's baseline would lack a reward
 
 

@@ -1,0 +1,260 @@
+"""Multi-turn episodes, token in and token out, through any rollout engine.
+
+Every live episode of the batch decodes together, one policy turn per round: the first
+round samples `group_size` turns per prompt (the group forks after its shared prompt),
+later rounds continue each episode from its exact token ids so far, so a policy token is
+never re-encoded from text (re-tokenising a conversation changes the ids the trainer
+scores: verl #6719, TRL #6250). After a turn the episode's environment answers; its
+observation's ids are appended with `forced_mask` = 1: context for what follows, never
+trained on and never counted by a normaliser (docs/algorithms.md §9).
+
+The result is one `Generation` whose response is the whole trajectory, so every recipe,
+`audit`, resume and data parallelism take episodes unchanged. Each row carries an
+`EpisodeRecord` (turns, tool calls, observation tokens, environment time, how it ended).
+
+Limits (`EpisodeBudgets`): turns, tool calls, tokens per turn, tokens per observation (cut
+with a marker) and the trajectory's `max_new_tokens`, policy and observation tokens
+together (hitting it truncates the episode). An environment whose `step` raises or runs
+past `env_timeout_s` ends the episode flagged (`EpisodeRecord.env_failed`): it costs the
+sample, never the run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import torch
+
+from rlvr.envs.base import Environment, Reply
+from rlvr.envs.budgets import EpisodeBudgets
+from rlvr.rollout.base import Generation, RolloutEngine, SamplingParams, encode_prompts
+from rlvr.verify.timeout import VerifierTimeout, alarm_usable, call_with_timeout
+
+
+@dataclass
+class EpisodeRecord:
+    """What one episode did; `rlvr.train.step_metrics` turns these into `env/` metrics."""
+
+    turns: int = 0
+    tool_calls: int = 0
+    invalid_calls: int = 0
+    tool_errors: int = 0
+    tool_timeouts: int = 0
+    observation_tokens: int = 0
+    observations_cut: int = 0
+    env_seconds: float = 0.0
+    env_failed: str | None = None  # why the environment itself failed, if it did
+    ended_by: str = ""  # one of rlvr.envs.budgets.ENDINGS
+
+
+@dataclass
+class _Episode:
+    prompt: list[int]
+    env: Environment
+    ids: list[int]
+    logprobs: list[float]
+    forced: list[float]
+    record: EpisodeRecord
+    done: bool = False
+    truncated: bool = False
+
+
+def run_episodes(
+    engine: RolloutEngine,
+    tokenizer,
+    prompts: list[list[int]],
+    environments: Callable[[int], Environment],
+    params: SamplingParams,
+    budgets: EpisodeBudgets,
+    generator: torch.Generator,
+) -> Generation:
+    """`params.group_size` episodes per prompt; `environments(i)` makes (and resets) a
+    fresh environment for an episode of prompt i. Rows are grouped by prompt, as
+    `engine.generate_ids` orders them."""
+    group = params.group_size
+    episodes = [
+        _Episode(p, environments(i), [], [], [], EpisodeRecord())
+        for i, p in enumerate(prompts)
+        for _ in range(group)
+    ]
+    stops = _stop_ids(tokenizer, episodes)
+    for turn in range(budgets.max_turns):
+        live = [e for e in episodes if not e.done]
+        if not live:
+            break
+        room = max(_room(e, params, budgets) for e in live)
+        if turn == 0:  # one prefill per prompt, forked into its group
+            gen = engine.generate_ids(prompts, replace(params, max_new_tokens=room), generator)
+        else:
+            contexts = [e.prompt + e.ids for e in live]
+            step = replace(params, group_size=1, max_new_tokens=room)
+            gen = engine.generate_ids(contexts, step, generator)
+        for row, episode in enumerate(live):
+            _take_turn(episode, gen, row, tokenizer, stops, params, budgets)
+    for episode in episodes:
+        if not episode.done:
+            episode.done, episode.record.ended_by = True, "max_turns"
+    return _package(episodes, prompts, group, tokenizer)
+
+
+def _room(episode: _Episode, params: SamplingParams, budgets: EpisodeBudgets) -> int:
+    """Tokens this episode's next turn may take."""
+    left = params.max_new_tokens - len(episode.ids)
+    return max(1, min(left, budgets.max_turn_tokens or left))
+
+
+def _stop_ids(tokenizer, episodes: list[_Episode]) -> dict[str, list[int]]:
+    strings = {s for e in episodes for s in e.env.stop}
+    return {s: tokenizer.encode(s) for s in sorted(strings)}
+
+
+def _turn_end(ids: list[int], stops: dict[str, list[int]], env: Environment) -> int | None:
+    """Length of the turn up to and including the earliest of `env`'s stop strings."""
+    best = None
+    for string in env.stop:
+        pattern = stops[string]
+        for end in range(len(pattern), len(ids) + 1):
+            if ids[end - len(pattern) : end] == pattern:
+                best = end if best is None else min(best, end)
+                break
+    return best
+
+
+def _take_turn(episode, gen, row, tokenizer, stops, params, budgets) -> None:
+    """Append row `row` of `gen` as the episode's next turn, cut at a stop string or the
+    episode's own room, then let the environment answer."""
+    record = episode.record
+    n = int(gen.response_mask[row].sum())
+    ids = gen.response_ids[row, :n].tolist()
+    cut = _turn_end(ids, stops, episode.env)
+    room = _room(episode, params, budgets)
+    length = min(cut or n, room)
+    eos = length == n and not bool(gen.truncated[row]) and cut is None
+    episode.ids += ids[:length]
+    episode.logprobs += gen.sampler_logprobs[row, :length].tolist()
+    episode.forced += [0.0] * length
+    record.turns += 1
+    if eos:
+        episode.done, record.ended_by = True, "answer"
+        return
+    if len(episode.ids) >= params.max_new_tokens:
+        episode.done, episode.truncated, record.ended_by = True, True, "budget"
+        return
+    if record.turns >= budgets.max_turns:  # no turn follows: nothing to answer
+        episode.done, record.ended_by = True, "max_turns"
+        return
+    turn_text = tokenizer.decode(ids[:length], skip_special=True)
+    if cut is not None and record.tool_calls >= budgets.max_tool_calls:
+        episode.done, record.ended_by = True, "max_tool_calls"
+        return
+    reply = _ask(episode, turn_text, budgets.env_timeout_s)
+    if reply is None:
+        episode.done, record.ended_by = True, "env_failed"
+        return
+    record.tool_calls += reply.tool_call
+    record.invalid_calls += reply.invalid_call
+    record.tool_errors += reply.tool_error == "error"
+    record.tool_timeouts += reply.tool_error == "timeout"
+    if reply.observation:
+        _observe(episode, reply.observation, tokenizer, params, budgets)
+    if reply.done:
+        episode.done, record.ended_by = True, "env"
+    elif len(episode.ids) >= params.max_new_tokens:
+        episode.done, episode.truncated, record.ended_by = True, True, "budget"
+
+
+def _ask(episode: _Episode, turn: str, timeout_s: float) -> Reply | None:
+    """The environment's reply, or None (recorded) when it raised, hung or answered
+    something that is not a `Reply`."""
+    started = time.perf_counter()
+    mode = "alarm" if alarm_usable() else "thread"
+    try:
+        reply = call_with_timeout(episode.env.step, (turn,), timeout_s, mode)
+    except VerifierTimeout:
+        episode.record.env_failed = f"timeout: step ran past {timeout_s:g}s"
+        return None
+    except Exception as error:  # a broken environment costs the sample, not the run
+        episode.record.env_failed = f"error: {type(error).__name__}: {error}"
+        return None
+    finally:
+        episode.record.env_seconds += time.perf_counter() - started
+    if not isinstance(reply, Reply):
+        episode.record.env_failed = f"type: step returned {type(reply).__name__}, not a Reply"
+        return None
+    return reply
+
+
+def _observe(episode, text, tokenizer, params, budgets) -> None:
+    """Append the observation's ids, cut to its budget (ending with the marker) and to the
+    trajectory's room; they are context, forced, never trained on."""
+    ids = encode_observation(tokenizer, text)
+    limit = budgets.max_observation_tokens
+    if len(ids) > limit:
+        marker = encode_observation(tokenizer, budgets.cut_marker)[:limit]
+        ids = ids[: limit - len(marker)] + marker
+        episode.record.observations_cut += 1
+    ids = ids[: params.max_new_tokens - len(episode.ids)]
+    episode.ids += ids
+    episode.logprobs += [0.0] * len(ids)
+    episode.forced += [1.0] * len(ids)
+    episode.record.observation_tokens += len(ids)
+
+
+def encode_observation(tokenizer, text: str) -> list[int]:
+    """Ids of an observation; characters the vocabulary lacks become '?', so a tool's
+    output can never break the episode."""
+    try:
+        return tokenizer.encode(text)
+    except (ValueError, KeyError):
+        known = getattr(tokenizer, "characters", None)
+        cleaned = "".join(c if known is None or c in known else "?" for c in text)
+        return tokenizer.encode(cleaned.encode("ascii", "replace").decode())
+
+
+def _package(episodes: list[_Episode], prompts, group: int, tokenizer) -> Generation:
+    width = max(1, max(len(e.ids) for e in episodes))
+    pad = tokenizer.pad_token_id
+    rows = len(episodes)
+    ids = torch.full((rows, width), pad, dtype=torch.long)
+    mask, logprobs, forced = (
+        torch.zeros(rows, width),
+        torch.zeros(rows, width),
+        torch.zeros(rows, width),
+    )
+    for r, e in enumerate(episodes):
+        n = len(e.ids)
+        ids[r, :n] = torch.tensor(e.ids, dtype=torch.long)
+        mask[r, :n] = 1.0
+        logprobs[r, :n] = torch.tensor(e.logprobs)
+        forced[r, :n] = torch.tensor(e.forced)
+    return Generation(
+        prompt_ids=[e.prompt for e in episodes],
+        response_ids=ids,
+        response_mask=mask,
+        sampler_logprobs=logprobs,
+        truncated=torch.tensor([e.truncated for e in episodes]),
+        prompt_index=torch.arange(len(prompts)).repeat_interleave(group),
+        texts=[tokenizer.decode(e.ids, skip_special=True) for e in episodes],
+        forced_mask=forced,
+        episodes=[e.record for e in episodes],
+    )
+
+
+def generate_for(
+    engine: RolloutEngine, task, problems: list, params: SamplingParams, generator
+) -> Generation:
+    """Responses to `problems`: one turn through `engine.generate`, or, for a task with
+    `episode_budgets`, episodes with a fresh `task.environment(problem)` each."""
+    budgets = getattr(task, "episode_budgets", None)
+    if budgets is None:
+        return engine.generate([p.prompt for p in problems], params, generator)
+
+    def environment(i: int) -> Environment:
+        env = task.environment(problems[i])
+        env.reset(problems[i])
+        return env
+
+    prompts = encode_prompts(engine.tokenizer, [p.prompt for p in problems])
+    return run_episodes(engine, engine.tokenizer, prompts, environment, params, budgets, generator)
