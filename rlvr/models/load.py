@@ -20,13 +20,17 @@ def load_pretrained(name: str) -> tuple[PreTrainedModel, Tokenizer, dict[str, An
     tokenizer, info)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_local_model(name)
     try:
         policy = AutoModelForCausalLM.from_pretrained(name)
     except (OSError, ValueError) as err:
-        where = "local directory" if Path(name).exists() else "path or hub id"
+        local = Path(name).exists()
+        where = "local directory" if local else "path or hub id"
+        no_dir = "" if local else f"there is no local directory {str(Path(name).resolve())!r}; "
         raise ValueError(
             f"could not load model={name!r} as a {where} with AutoModelForCausalLM "
-            f"(use {EMBEDDED!r} for the built-in tiny model): {err}"
+            f"(use {EMBEDDED!r} for the built-in tiny model): {no_dir}"
+            f"{str(err).splitlines()[0] if str(err) else type(err).__name__}"
         ) from err
     check_logits_match(policy, name)
     tokenizer: Tokenizer
@@ -39,6 +43,37 @@ def load_pretrained(name: str) -> tuple[PreTrainedModel, Tokenizer, dict[str, An
             raise ValueError(f"could not load a tokenizer for model={name!r}: {err}") from err
     policy.train()
     return policy, tokenizer, {"model": name, "parameters": policy.num_parameters()}
+
+
+# A tokenizer's vocabulary lives in one of these; without any, transformers would build an
+# empty tokenizer from config.json alone.
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "vocab.txt", TOKENIZER_FILE)
+
+
+def looks_like_path(name: str) -> bool:
+    """A name only a local path can mean: absolute, ~ or . first, or more than one '/'
+    (a hub id is 'name' or 'namespace/name')."""
+    return name.startswith(("/", "~", ".")) or name.count("/") > 1 or "\\" in name
+
+
+def check_local_model(name: str) -> None:
+    """Refuse a local path that does not exist, or a model directory without tokenizer
+    files, in one line each (before transformers tries the hub or builds an empty one)."""
+    path = Path(name).expanduser()
+    if not path.exists():
+        if looks_like_path(name):
+            raise ValueError(
+                f"model={name!r}: the local path {str(path.resolve())!r} does not exist "
+                f"(a hub id has the form 'namespace/name'; use {EMBEDDED!r} for the built-in "
+                f"tiny model)"
+            )
+        return
+    if path.is_dir() and not any((path / f).is_file() for f in TOKENIZER_FILES):
+        raise ValueError(
+            f"model={name!r}: the directory has no tokenizer files (expected tokenizer.json "
+            f"and tokenizer_config.json, or tokenizer_config.json with vocab.json + merges.txt "
+            f"or tokenizer.model); save them there with tokenizer.save_pretrained({name!r})"
+        )
 
 
 # Config attribute names that hint at logit processing, named in the refusal message.
