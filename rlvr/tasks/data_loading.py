@@ -151,5 +151,16 @@ def get_field(fields: dict[str, Any], name: str) -> Any:
     return value
 
 
+def has_column(fields: dict[str, Any], name: str) -> bool:
+    """Whether ``name`` (dots reach into nested mappings) is a column of the row, whatever
+    its value."""
+    value: Any = fields
+    for part in name.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return False
+        value = value[part]
+    return True
+
+
 def is_missing(value: Any) -> bool:
     return value is _MISSING

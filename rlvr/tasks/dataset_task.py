@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.tasks.base import SPLITS, Problem, Task, check_size, check_split
-from rlvr.tasks.data_loading import DataSource, Row, get_field, is_missing, read_rows
+from rlvr.tasks.data_loading import (
+    DataSource,
+    Row,
+    get_field,
+    has_column,
+    is_missing,
+    read_rows,
+)
 from rlvr.verify import Verdict, check
 from rlvr.verify.checkers import CHECKERS
 from rlvr.verify.extract import extract_boxed
@@ -140,6 +147,7 @@ class DatasetTask(Task):
 
     def _problems_of(self, source: DataSource, fields: tuple[str, str]) -> list[DataProblem]:
         rows = read_rows(source)
+        self._check_columns(source, rows, fields)
         problems, bad = [], []
         for row in rows:
             try:
@@ -163,6 +171,20 @@ class DatasetTask(Task):
         if not problems:
             raise ValueError(f"{source.describe()}: no valid rows")
         return self._deduplicated(problems) if self.dedupe else problems
+
+    def _check_columns(self, source: DataSource, rows: list[Row], fields: tuple[str, str]) -> None:
+        """A column no row has is named once, with the columns there are, instead of one
+        error per row."""
+        option = ("prompt_field", "answer_field")
+        if source is self.eval_source:
+            option = ("eval_prompt_field", "eval_answer_field")
+        for name, column in zip(option, fields, strict=True):
+            if rows and not any(has_column(row.fields, column) for row in rows):
+                available = list(dict.fromkeys(k for row in rows[:100] for k in row.fields))
+                raise ValueError(
+                    f"{source.describe()}: no column {column!r} ({name}); available "
+                    f"columns: {', '.join(available) or 'none'}; set task_options.{name}"
+                )
 
     def _problem(self, row: Row, prompt_field: str, answer_field: str) -> DataProblem:
         prompt = get_field(row.fields, prompt_field)
@@ -222,7 +244,8 @@ class DatasetTask(Task):
             raise ValueError(
                 f"{self.source.describe()} has {len(keys)} distinct valid prompts, too few to "
                 f"hold out dev_size={self.dev_size} + eval_size={held_eval} and keep any for "
-                "training"
+                f"training; set task_options.dev_size and task_options.eval_size to add up to "
+                f"less than {len(keys)}"
             )
         split_of = {keys[i]: "eval" for i in order[:held_eval]}
         split_of.update({keys[i]: "dev" for i in order[held_eval:needed]})
