@@ -52,6 +52,7 @@ class Trainer:
         self.recipe = cfg.build_recipe()
         torch.manual_seed(cfg.seed)
         self.task = make_task(cfg.task, **cfg.task_options)
+        check_eval_size(cfg.eval_size, self.task)  # reads a dataset's splits: before the model
         self.model, self.tokenizer, self.model_info = self._load_policy()
         self.model, self.task = prepare_components(
             cfg, self.model, self.tokenizer, self.task, self.model_info
@@ -77,7 +78,6 @@ class Trainer:
         # Reshuffles the minibatches of every PPO epoch (policy and critic); its own stream,
         # so the sampling above draws the same numbers whatever num_minibatches is.
         self.minibatch_generator = torch.Generator().manual_seed(cfg.seed + MINIBATCH_SEED_OFFSET)
-        check_eval_size(cfg.eval_size, self.task)
         eval_split = self.task.problems("eval")
         self.eval_problems = eval_split[: cfg.eval_size] if cfg.eval_size else eval_split
         self.params = SamplingParams(cfg.group_size, cfg.temperature, cfg.top_p, cfg.max_new_tokens)
