@@ -13,6 +13,7 @@ original base and loads it (`load_adapter`), so π_ref is again the untouched ba
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -62,7 +63,13 @@ def add_lora(model: torch.nn.Module, options: PolicyOptions) -> torch.nn.Module:
         task_type="CAUSAL_LM",
     )
     try:
-        peft_model = get_peft_model(model, config)
+        with warnings.catch_warnings():
+            # peft (0.21) reads transformers' deprecated `is_gradient_checkpointing` alias
+            # while wrapping; rlvr never reads it (`rlvr.models.modes.checkpointing`).
+            warnings.filterwarnings(
+                "ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning
+            )
+            peft_model = get_peft_model(model, config)
     except ValueError as err:
         raise ValueError(f"policy.lora.target_modules={lora.target_modules!r}: {err}") from err
     return peft_model.get_base_model()
