@@ -9,7 +9,7 @@ ends is stopped at the next Python instruction and recorded as failed). The repo
 rewritten after every step, so a run killed from outside still leaves what it measured.
 
 Run:  python benchmarks/gpu_check.py --out DIR [--sizes qwen2.5-0.5b,qwen3-4b]
-      [--budget-s 420] [--only grpo_full,mismatch] [--fast]
+      [--budget-s 420] [--only grpo_full,mismatch] [--fast] [--dtype bfloat16]
 `--fast` runs the same steps on tiny shapes in float32 on the CPU in well under a minute
 (tests/test_gpu_check.py). Exit status 0 whatever the steps did; 2 on a misused command.
 """
@@ -27,7 +27,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -57,9 +57,10 @@ class StepTimeout(Exception):
 
 
 def plan(ctx, sizes: list[str], only: set[str]) -> list[Step]:
-    """Every step in the order it runs: each size's generation, mismatch and GRPO steps
-    (smallest first), after the first size's the distributed and compiled-decode steps;
-    vLLM last, since it may keep GPU memory in its own processes."""
+    """Every step in the order it runs: each size's generation, mismatch and GRPO steps,
+    smallest size first, with DDP and FSDP after the first size's; then the compiled
+    decode (a minute of compiling), and vLLM last, since it may keep GPU memory in its
+    own processes."""
     from gpu_check_sampling import generate, mismatch, vllm
     from gpu_check_training import data_parallel, grpo
 
@@ -73,13 +74,16 @@ def plan(ctx, sizes: list[str], only: set[str]) -> list[Step]:
     first = {
         "ddp": functools.partial(data_parallel, ctx, mode="ddp"),
         "fsdp": functools.partial(data_parallel, ctx, mode="fsdp"),
+    }
+    last = {
         "generate_compiled": functools.partial(generate, ctx, compile=True),
+        "vllm": functools.partial(vllm, ctx),
     }
     steps = []
     for i, size in enumerate(sizes):
         for kind, fn in {**per_size, **(first if i == 0 else {})}.items():
             steps.append(Step(kind, size, functools.partial(fn, size)))
-    steps.append(Step("vllm", sizes[0], functools.partial(vllm, ctx, sizes[0])))
+    steps += [Step(kind, sizes[0], functools.partial(fn, sizes[0])) for kind, fn in last.items()]
     return [s for s in steps if not only or s.kind in only]
 
 
@@ -160,6 +164,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", help=f"comma list of step kinds: {', '.join(KINDS)}")
     parser.add_argument("--fast", action="store_true", help="tiny shapes, float32, CPU")
     parser.add_argument("--device", help="cuda when available, else cpu (--fast: cpu)")
+    parser.add_argument(
+        "--dtype", choices=("float32", "bfloat16"), help="policy dtype (bfloat16; --fast: float32)"
+    )
     args = parser.parse_args(argv)
     sizes = (args.sizes or ",".join(FAST_SIZES if args.fast else GPU_SIZES)).split(",")
     unknown = [s for s in sizes if s not in SHAPES]
@@ -236,7 +243,9 @@ def run_steps(args: argparse.Namespace, device: str, scratch: Path):
         from gpu_check_model import FAST, GPU
         from gpu_check_sampling import Context
 
-        ctx = Context(device, FAST if args.fast else GPU, scratch, fast=args.fast)
+        workload = FAST if args.fast else GPU
+        workload = replace(workload, dtype=args.dtype or workload.dtype)
+        ctx = Context(device, workload, scratch, fast=args.fast)
         steps = plan(ctx, args.sizes, args.only)
     except Exception as err:
         for kind in KINDS:

@@ -60,8 +60,8 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def _generate(r: dict) -> str:
     line = f"{r['tokens_per_s']:,.0f} tok/s ({r['decode_path']}, {r['rows']} rows)"
-    if "tokens_per_s_device_generator" in r:
-        line += f"; {r['tokens_per_s_device_generator']:,.0f} with the generator on the GPU"
+    if "tokens_per_s_cpu_generator" in r:
+        line += f"; {r['tokens_per_s_cpu_generator']:,.0f} with the Trainer's CPU generator"
     return line
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -35,6 +35,13 @@ class Context:
     """Where steps write (trainer run directories, vLLM's model copy)."""
     fast: bool
     seed: int = 0
+
+    def generator(self) -> torch.Generator:
+        """The steps' sampling generator, seeded: on the GPU when there is one. (The
+        Trainer's lives on the CPU, so on a GPU each token copies (rows, vocab)
+        probabilities to the CPU and draws there; `generate` measures that too.)"""
+        device = self.device if self.device.startswith("cuda") else "cpu"
+        return torch.Generator(device=device).manual_seed(self.seed)
 
 
 def synchronize(device: str) -> None:
@@ -90,9 +97,8 @@ def _timed_generate(engine, prompts, params, generator, device) -> tuple[Generat
 
 def generate(ctx: Context, size: str, static_cache: bool = True, compile: bool = False) -> dict:
     """Tokens/s of `HFEngine.generate_ids` on `prompts × group_size` rows, after a short
-    warm-up call (which is where `compile` compiles). The sampling generator lives on the
-    CPU, as the Trainer's does; on a GPU the same batch is also timed with a generator on
-    the device (`tokens_per_s_device_generator`)."""
+    warm-up call (which is where `compile` compiles), sampling with `ctx.generator()`. On
+    a GPU, also with the Trainer's CPU generator, over a quarter of the tokens."""
     shape, work = SHAPES[size], ctx.workload
     if compile and ctx.fast:
         raise Skip("--fast: compiling the decode step takes tens of seconds on a CPU")
@@ -106,11 +112,9 @@ def generate(ctx: Context, size: str, static_cache: bool = True, compile: bool =
     prompts = synthetic_prompts(work.prompts, work.prompt_tokens, shape.vocab, ctx.seed)
     params = SamplingParams(work.group_size, max_new_tokens=work.new_tokens)
     warm = SamplingParams(work.group_size, max_new_tokens=4)
-    _, warmup_s = _timed_generate(engine, prompts, warm, torch.Generator(), ctx.device)
+    _, warmup_s = _timed_generate(engine, prompts, warm, ctx.generator(), ctx.device)
     reset_peak(ctx.device)
-    generation, seconds = _timed_generate(
-        engine, prompts, params, torch.Generator().manual_seed(ctx.seed), ctx.device
-    )
+    generation, seconds = _timed_generate(engine, prompts, params, ctx.generator(), ctx.device)
     tokens = int(generation.response_mask.sum())
     result = {
         "decode_path": path,
@@ -120,13 +124,15 @@ def generate(ctx: Context, size: str, static_cache: bool = True, compile: bool =
         "generated_tokens": tokens,
         "generate_s": seconds,
         "tokens_per_s": tokens / seconds,
+        "sampling_generator": ctx.generator().device.type,
         "warmup_s": warmup_s,
         "peak_gpu_gib": peak_gib(ctx.device),
     }
     if ctx.device.startswith("cuda"):
-        on_device = torch.Generator(device=ctx.device).manual_seed(ctx.seed)
-        again, seconds = _timed_generate(engine, prompts, params, on_device, ctx.device)
-        result["tokens_per_s_device_generator"] = float(again.response_mask.sum()) / seconds
+        short = replace(params, max_new_tokens=max(1, work.new_tokens // 4))
+        cpu = torch.Generator().manual_seed(ctx.seed)
+        again, seconds = _timed_generate(engine, prompts, short, cpu, ctx.device)
+        result["tokens_per_s_cpu_generator"] = float(again.response_mask.sum()) / seconds
     return result
 
 
@@ -142,7 +148,7 @@ def mismatch(ctx: Context, size: str) -> dict:
     result: dict = {"dtype": work.dtype}
     for fp32_head in (True, False):
         engine = HFEngine(model, tokenizer, fp32_head=fp32_head)
-        generation = engine.generate_ids(prompts, params, torch.Generator().manual_seed(ctx.seed))
+        generation = engine.generate_ids(prompts, params, ctx.generator())
         with torch.no_grad():
             trainer = response_logprobs(
                 model,

@@ -34,18 +34,23 @@ KEPT = ("loss/policy", "loss/kl", "train/grad_norm", "reward/mean", "train/updat
 KEPT += ("train/nonfinite_skipped", "time/rollout_s", "time/train_s", "time/policy_update_s")
 
 
-def synthetic(base: type[Trainer], size: str, seed: int) -> type[Trainer]:
+def synthetic(base: type[Trainer], size: str, ctx: Context) -> type[Trainer]:
     """`base` (Trainer or a data-parallel subclass) whose policy is a random model of
-    `SHAPES[size]`, built on the configured device in the configured dtype, and which
-    keeps its last rollout batch (`last_rollout`) for counting tokens."""
+    `SHAPES[size]`, built on the configured device in the configured dtype, which samples
+    with `ctx.generator()` (on the GPU: the CPU draw would cost the budget minutes; the
+    `generate` step measures it) and keeps its last rollout batch (`last_rollout`)."""
     shape = SHAPES[size]
 
     class SyntheticPolicy(base):
         last_rollout = None
 
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.generator = ctx.generator()
+
         def _load_policy(self):
             device = self.cfg.policy.get("device", "cpu")
-            model = build_model(shape, device, self.cfg.policy.get("dtype", "float32"), seed)
+            model = build_model(shape, device, self.cfg.policy.get("dtype", "float32"), ctx.seed)
             info = {"model": size, "parameters": sum(p.numel() for p in model.parameters())}
             return model, SyntheticTokenizer(shape.vocab), info
 
@@ -111,6 +116,7 @@ def _step_result(ctx: Context, trainer: Trainer, size: str, lora: bool, metrics:
     update_s = metrics["time/policy_update_s"]
     result = {k: metrics[k] for k in KEPT if k in metrics}
     result.update(
+        dtype=str(trainer.model.get_input_embeddings().weight.dtype).removeprefix("torch."),
         parameters=sum(p.numel() for p in trainer.model.parameters()),
         trainable_parameters=sum(p.numel() for p in trainer.model.parameters() if p.requires_grad),
         rows=len(trainer.last_rollout),
@@ -127,7 +133,7 @@ def _step_result(ctx: Context, trainer: Trainer, size: str, lora: bool, metrics:
 
 def grpo(ctx: Context, size: str, lora: bool) -> dict:
     """One measured GRPO step (after a short warm-up step) of the in-process Trainer."""
-    trainer = synthetic(Trainer, size, ctx.seed)(grpo_config(ctx, size, lora))
+    trainer = synthetic(Trainer, size, ctx)(grpo_config(ctx, size, lora))
     _short_warmup(trainer)
     reset_peak(ctx.device)
     synchronize(ctx.device)
@@ -142,7 +148,7 @@ def grpo(ctx: Context, size: str, lora: bool) -> dict:
 
 
 def _single_process_grad_norm(ctx: Context, size: str) -> float:
-    trainer = synthetic(Trainer, size, ctx.seed)(grpo_config(ctx, size, lora=False))
+    trainer = synthetic(Trainer, size, ctx)(grpo_config(ctx, size, lora=False))
     return trainer.train_step()["train/grad_norm"]
 
 
@@ -154,6 +160,12 @@ def data_parallel(ctx: Context, size: str, mode: str) -> dict:
     from rlvr.train.distributed import DataParallelTrainer
     from rlvr.train.sharded import ShardedTrainer
 
+    # A smoke test of the collectives, not a benchmark: a small batch.
+    work = ctx.workload
+    small = replace(
+        work, prompts=min(work.prompts, 4), train_new_tokens=min(work.train_new_tokens, 32)
+    )
+    ctx = replace(ctx, workload=small)
     backend = "nccl" if ctx.device.startswith("cuda") else "gloo"
     if dist.is_initialized():
         raise RuntimeError("a process group is already initialised")
@@ -164,7 +176,7 @@ def data_parallel(ctx: Context, size: str, mode: str) -> dict:
         # As `rlvr.train.ranks.data_parallel_trainer` picks them, with a synthetic policy.
         base = ShardedTrainer if mode == "fsdp" else DataParallelTrainer
         group = DataParallel(0, 1, sharded=mode == "fsdp")
-        trainer = synthetic(base, size, ctx.seed)(grpo_config(ctx, size, False, mode), group)
+        trainer = synthetic(base, size, ctx)(grpo_config(ctx, size, False, mode), group)
         reset_peak(ctx.device)
         metrics = trainer.train_step()
         synchronize(ctx.device)

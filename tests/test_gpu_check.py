@@ -53,9 +53,8 @@ def fast_run(tmp_path_factory):
 
 def test_fast_mode_runs_every_step_and_reports_it(fast_run):
     done, out, report, steps = fast_run
-    expected = [f"{k}/tiny" for k in gpu_check.KINDS if k != "vllm"]
+    expected = [f"{k}/tiny" for k in gpu_check.KINDS]
     expected += [f"{k}/tiny-qwen3" for k in gpu_check.KINDS if k not in gpu_check.FIRST_SIZE_ONLY]
-    expected.append("vllm/tiny")
     assert sorted(steps) == sorted(expected)
     assert report["mode"] == "fast" and report["environment"]["device"] == "cpu"
     assert "6·N·T" in report["environment"]["mfu_formula"]
@@ -183,7 +182,8 @@ def test_plan_orders_breadth_first_and_filters_by_kind(tmp_path):
     names = [s.name for s in gpu_check.plan(ctx, ["tiny", "qwen3-4b"], set())]
     assert names[:5] == [f"{k}/tiny" for k in gpu_check.KINDS[:5]]
     assert names.index("fsdp/tiny") < names.index("grpo_full/qwen3-4b")
-    assert names[-1] == "vllm/tiny" and "ddp/qwen3-4b" not in names
+    assert names[-2:] == ["generate_compiled/tiny", "vllm/tiny"]
+    assert "ddp/qwen3-4b" not in names
     only = gpu_check.plan(ctx, ["tiny", "qwen3-4b"], {"grpo_lora"})
     assert [s.name for s in only] == ["grpo_lora/tiny", "grpo_lora/qwen3-4b"]
 
