@@ -18,6 +18,7 @@ import yaml
 from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
 from rlvr.algo.registry import ADVANTAGES
 from rlvr.checks import check_field_types, check_int, is_number
+from rlvr.envs.attach import attach_environment
 from rlvr.rewards import check_reward_settings, parse_reward_funcs
 from rlvr.tasks import TASKS, Task, make_task
 from rlvr.train.hf_setup import check_options as check_hf_options
@@ -105,6 +106,29 @@ class TrainConfig:
         "hangs; the function must be importable by name), 'alarm', 'thread'",
         "auto",
     )
+    environment: str | None = _doc(
+        "a user's environment 'module:Class' (rlvr.envs.Environment), made per episode: "
+        "makes the task multi-turn (docs/agentic.md)",
+        None,
+    )
+    environment_options: dict = field(
+        default_factory=dict, metadata={"doc": "keyword arguments of the environment class"}
+    )
+    tools: list = field(
+        default_factory=list,
+        metadata={
+            "doc": "tool functions 'module:function' the policy may call as "
+            "<name>argument</name> (rlvr.envs.ToolEnvironment): makes the task multi-turn"
+        },
+    )
+    episode: dict = field(
+        default_factory=dict,
+        metadata={
+            "doc": "multi-turn limits (rlvr.envs.EpisodeBudgets): max_turns, "
+            "max_tool_calls, max_turn_tokens, max_observation_tokens, cut_marker, "
+            "env_timeout_s, env_errors"
+        },
+    )
     policy: dict = field(
         default_factory=dict,
         metadata={"doc": "HF policy: dtype, device, lora, chat_template, gradient_checkpointing"},
@@ -186,6 +210,9 @@ class TrainConfig:
             raise ValueError(f"warm_target must be in [0, 1], got {self.warm_target!r}")
         if self.think_budget is not None and self.think_budget < 1:
             raise ValueError(f"think_budget must be ≥ 1 or null, got {self.think_budget!r}")
+        attach_environment(
+            task, self.environment, self.environment_options, self.tools, self.episode
+        )
         if self.think_budget is not None and task.episode_budgets is not None:
             raise ValueError(
                 f"think_budget applies to one-turn tasks; task {self.task!r} runs multi-turn "
