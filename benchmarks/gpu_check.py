@@ -230,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as scratch:
         for record in run_steps(args, device, Path(scratch)):
             report["steps"].append(record)
+            seconds = record.get("seconds", 0.0)
+            print(
+                f"gpu_check: {record['name']} {record['status']} ({seconds:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
             report["wall_s"] = round(time.monotonic() - started, 1)
             write_report(out, report)
     print(summary(report), end="")

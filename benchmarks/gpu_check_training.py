@@ -25,6 +25,7 @@ from gpu_check_model import (
 )
 from gpu_check_sampling import Context, peak_gib, reset_peak, synchronize
 
+from rlvr.models.logprobs import CHUNK_VALUES
 from rlvr.train import Trainer
 from rlvr.train.config import TrainConfig, resolve_config
 from rlvr.train.data_parallel import DataParallel
@@ -120,6 +121,8 @@ def _step_result(ctx: Context, trainer: Trainer, size: str, lora: bool, metrics:
         parameters=sum(p.numel() for p in trainer.model.parameters()),
         trainable_parameters=sum(p.numel() for p in trainer.model.parameters() if p.requires_grad),
         rows=len(trainer.last_rollout),
+        micro_batch_size=ctx.workload.micro_batch_size,
+        head_chunk_positions=max(1, CHUNK_VALUES // shape.vocab),  # of the chunked LM head
         trained_tokens=tokens,
         update_flops=flops,
         update_tflops_per_s=flops / update_s / 1e12,
