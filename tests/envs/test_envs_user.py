@@ -98,3 +98,10 @@ def test_an_environment_class_must_make_an_environment():
     attach_environment(task, "user_envs:NotAnEnvironment", {}, [], {})
     with pytest.raises(ValueError, match="made a NotAnEnvironment, not an rlvr.envs.Environment"):
         task.environment(task.problems("train")[0])
+
+
+def test_the_documented_environment_is_the_tested_one():
+    root = Path(__file__).parents[2]
+    example = (root / "tests" / "user_envs.py").read_text().split("\n\n\nclass NotAnEnvironment")[0]
+    assert example.strip() in (root / "docs" / "extending.md").read_text()
+    assert len(example.strip().splitlines()) <= 40  # "a user environment in under 40 lines"
