@@ -3,6 +3,11 @@
 Reads a batch of groups of responses with per-token log-probs, applies the recipe's
 batch-level selection and shaping, advantages and loss exactly as the training loop does,
 and returns the loss, the advantages and ∂loss/∂logπ for every response token.
+
+A response may be a multi-turn episode: its optional `observation` (0/1 per token) marks
+the environment's tokens, which the loop carries with `forced_mask` = 1. As there, they are
+context: out of the loss mask (so out of every normaliser, ratio, KL and advantage), in
+the trajectory's length (the overlong ramp), and their gradient is exactly 0.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from rlvr.algo import get_recipe, policy_loss, prepare_batch, selection_metrics
 from rlvr.algo.aggregation import aggregation_weights
 from rlvr.algo.recipes import RECIPES
 from rlvr.algo.regularizers import value_loss
+from rlvr.audit_table import format_audit as format_audit  # the --table view
 from rlvr.checks import is_int, is_number
 
 
@@ -37,6 +43,7 @@ RESPONSE_KEYS = (
     "values",
     "correct",
     "truncated",
+    "observation",
 )
 # Bounds that keep every intermediate finite: exp(logπ − logπ_ref) of the k3 KL and the
 # whitening of rewards stay far from float64 overflow.
@@ -88,7 +95,8 @@ class AuditBatch:
 
     shape: list[list[int]]  # group → response → length
     group_ids: torch.Tensor
-    mask: torch.Tensor
+    mask: torch.Tensor  # (N, T) every token of the trajectory: the loop's `response_mask`
+    observation: torch.Tensor  # (N, T) 1 on observation tokens: the loop's `forced_mask`
     logprobs: torch.Tensor
     old_logprobs: torch.Tensor
     ref_logprobs: torch.Tensor
@@ -96,6 +104,17 @@ class AuditBatch:
     rewards: torch.Tensor
     correct: torch.Tensor
     truncated: torch.Tensor
+
+    @property
+    def loss_mask(self) -> torch.Tensor:
+        """(N, T) policy tokens, as `Rollout.loss_mask`: response mask × (1 − forced)."""
+        return self.mask * (1.0 - self.observation)
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """(N,) trajectory lengths, as `Rollout.lengths`: observation tokens count toward
+        the budget `max_new_tokens`, so toward the overlong ramp too."""
+        return self.mask.sum(-1)
 
 
 def _number(value: Any, where: str, low: float, high: float) -> float:
@@ -118,6 +137,24 @@ def _numbers(value: Any, where: str, length: int | None, low: float, high: float
 
 def _logprobs(value: Any, where: str, length: int | None) -> list[float]:
     return _numbers(value, where, length, MIN_LOGPROB, 0.0)
+
+
+def _observation(value: Any, where: str, length: int) -> list[float]:
+    """The 0/1 observation flags of one response, one per log-prob."""
+    if not isinstance(value, list):
+        raise AuditInputError(
+            f"{where} must be a list of 0 (policy token) or 1 (observation token), "
+            f"got {_short(value)}"
+        )
+    if len(value) != length:
+        raise AuditInputError(f"{where} has {len(value)} entries; logprobs has {length}")
+    for t, flag in enumerate(value):
+        if not isinstance(flag, int) or flag not in (0, 1):  # JSON true/false pass as 1/0
+            raise AuditInputError(
+                f"{where}[{t}] must be 0 (policy token) or 1 (observation token), "
+                f"got {_short(flag, 30)}"
+            )
+    return [float(flag) for flag in value]
 
 
 def _response(resp: Any, where: str, needs_values: bool) -> dict[str, Any]:
@@ -146,8 +183,10 @@ def _response(resp: Any, where: str, needs_values: bool) -> dict[str, Any]:
     truncated = resp.get("truncated", False)
     if not isinstance(truncated, bool):
         raise AuditInputError(f"{where}.truncated must be true or false, got {_short(truncated)}")
+    observation = _observation(resp.get("observation", [0] * n), f"{where}.observation", n)
     return {
         "logprobs": logprobs,
+        "observation": observation,
         "old": old,
         "ref": ref,
         "values": values,
@@ -204,6 +243,7 @@ def parse_batch(data: Any, needs_values: bool) -> AuditBatch:
         shape=shape,
         group_ids=torch.tensor(group_ids),
         mask=_pad([[1.0] * len(r["logprobs"]) for r in parsed], length),
+        observation=col("observation"),
         logprobs=col("logprobs"),
         old_logprobs=col("old"),
         ref_logprobs=col("ref"),
@@ -256,7 +296,8 @@ def run_audit(data: Any) -> dict[str, Any]:
     budget = data.get("max_new_tokens", longest)
     if not is_int(budget) or not longest <= budget <= 10**9:
         raise AuditInputError(
-            f"max_new_tokens must be an integer from the longest response ({longest}) to 10⁹, "
+            f"max_new_tokens must be an integer from the longest response ({longest}"
+            f"{' tokens, observations included' if batch.observation.any() else ''}) to 10⁹, "
             f"got {_short(budget, 30)}"
         )
     try:
@@ -265,12 +306,13 @@ def run_audit(data: Any) -> dict[str, Any]:
             rewards=batch.rewards,
             correct=batch.correct,
             truncated=batch.truncated,
-            response_mask=batch.mask,
+            response_mask=batch.loss_mask,
             group_ids=batch.group_ids,
             max_new_tokens=budget,
             old_logprobs=batch.old_logprobs,
             ref_logprobs=batch.ref_logprobs,
             values=batch.values,
+            lengths=batch.lengths,
         )
     except ValueError as err:
         raise AuditInputError(str(err)) from None
@@ -297,6 +339,11 @@ def run_audit(data: Any) -> dict[str, Any]:
         "kept_groups": sorted({int(g) for g in batch.group_ids[prepared.keep]}),
         "shaped_rewards": [round(float(r), 10) for r in prepared.shaped_rewards],
     }
+    if batch.observation.any():
+        result["observation"] = [
+            [[int(v) for v in row] for row in group]
+            for group in _nest(batch.observation, batch.shape)
+        ]
     if prepared.returns is not None:
         result["value_targets"] = _nest(prepared.returns, batch.shape)
         per_token = value_loss(batch.values, batch.values, prepared.returns, recipe.value_clip)
@@ -305,32 +352,3 @@ def run_audit(data: Any) -> dict[str, Any]:
         metrics["loss/value"] = float((per_token * value_weights).sum())
     result["metrics"] = {k: round(v, 10) for k, v in sorted(metrics.items())}
     return result
-
-
-def format_audit(result: dict[str, Any]) -> str:
-    """The gradient table: one line per response, Â and ∂L/∂logπ per token."""
-    lines = [
-        f"recipe {result['recipe']}   loss {result['loss']:.6f}   "
-        f"kept groups {result['kept_groups']}",
-        "",
-    ]
-    lines.append(
-        f"{'group':>5} {'resp':>4} {'len':>3} {'reward':>7}  {'Â per token':<28}  ∂L/∂logπ per token"
-    )
-    row = 0
-    for g, (advs, grads) in enumerate(zip(result["advantages"], result["grad"], strict=True)):
-        for i, (adv, grad) in enumerate(zip(advs, grads, strict=True)):
-            reward = result["shaped_rewards"][row]
-            row += 1
-            lines.append(
-                f"{g:>5} {i:>4} {len(adv):>3} {reward:>7.3f}  {_compact(adv):<28}  {_compact(grad)}"
-            )
-    lines += ["", "metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in result["metrics"].items())]
-    return "\n".join(lines)
-
-
-def _compact(values: list[float]) -> str:
-    """All-equal values as 'v ×n', otherwise the list, to keep rows short."""
-    if values and all(v == values[0] for v in values):
-        return f"{values[0]:+.4f} ×{len(values)}"
-    return " ".join(f"{v:+.4f}" for v in values)
