@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import importlib
 import json
 import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -56,28 +58,33 @@ class StepTimeout(Exception):
     """The step was still running when the budget ran out."""
 
 
+def _call(module: str, function: str, *args, **kwargs) -> dict:
+    """`module.function(*args, **kwargs)`, imported when the step runs: a library missing
+    on the device fails the steps that need it, not the plan."""
+    return getattr(importlib.import_module(module), function)(*args, **kwargs)
+
+
 def plan(ctx, sizes: list[str], only: set[str]) -> list[Step]:
     """Every step in the order it runs: each size's generation, mismatch and GRPO steps,
     smallest size first, with DDP and FSDP after the first size's; then the compiled
     decode (a minute of compiling), and vLLM last, since it may keep GPU memory in its
     own processes."""
-    from gpu_check_sampling import generate, mismatch, vllm
-    from gpu_check_training import data_parallel, grpo
-
+    sampling = functools.partial(_call, "gpu_check_sampling")
+    training = functools.partial(_call, "gpu_check_training")
     per_size = {
-        "generate": functools.partial(generate, ctx),
-        "generate_generic": functools.partial(generate, ctx, static_cache=False),
-        "mismatch": functools.partial(mismatch, ctx),
-        "grpo_full": functools.partial(grpo, ctx, lora=False),
-        "grpo_lora": functools.partial(grpo, ctx, lora=True),
+        "generate": functools.partial(sampling, "generate", ctx),
+        "generate_generic": functools.partial(sampling, "generate", ctx, static_cache=False),
+        "mismatch": functools.partial(sampling, "mismatch", ctx),
+        "grpo_full": functools.partial(training, "grpo", ctx, lora=False),
+        "grpo_lora": functools.partial(training, "grpo", ctx, lora=True),
     }
     first = {
-        "ddp": functools.partial(data_parallel, ctx, mode="ddp"),
-        "fsdp": functools.partial(data_parallel, ctx, mode="fsdp"),
+        "ddp": functools.partial(training, "data_parallel", ctx, mode="ddp"),
+        "fsdp": functools.partial(training, "data_parallel", ctx, mode="fsdp"),
     }
     last = {
-        "generate_compiled": functools.partial(generate, ctx, compile=True),
-        "vllm": functools.partial(vllm, ctx),
+        "generate_compiled": functools.partial(sampling, "generate", ctx, compile=True),
+        "vllm": functools.partial(sampling, "vllm", ctx),
     }
     steps = []
     for i, size in enumerate(sizes):
@@ -98,7 +105,7 @@ class Runner:
         return self.budget_s - (time.monotonic() - self.started)
 
     def run(self, step: Step) -> dict:
-        from gpu_check_sampling import Skip
+        from gpu_check_model import Skip
 
         record: dict = {"name": step.name, "kind": step.kind, "size": step.size}
         left = self.left_s()
@@ -106,7 +113,7 @@ class Runner:
             return {**record, "status": "skipped", "reason": f"budget of {self.budget_s:g} s spent"}
         started = time.perf_counter()
         try:
-            with _alarm(left):
+            with _deadline(left):
                 record.update(status="ok", result=step.run())
         except Skip as reason:
             record.update(status="skipped", reason=str(reason))
@@ -126,22 +133,32 @@ class Runner:
             torch.cuda.reset_peak_memory_stats()
 
 
-class _alarm:
-    """SIGALRM after `seconds`: raises StepTimeout in the step at its next Python line."""
+class _deadline:
+    """StepTimeout in the step at its next Python line once `seconds` have passed: a
+    timer thread sends SIGUSR1. Not SIGALRM: rlvr's verifiers and reward functions keep
+    their own time limits with it, and move to a helper process when it is taken."""
 
     def __init__(self, seconds: float) -> None:
-        self.seconds = max(1, int(seconds))
+        self.seconds = max(1.0, seconds)
+        self.active = False
 
     def __enter__(self) -> None:
         def stop(signum, frame):
-            raise StepTimeout(f"still running when the budget ran out ({self.seconds} s left)")
+            if self.active:  # not once the step has returned
+                raise StepTimeout(
+                    f"still running when the budget ran out ({self.seconds:.0f} s left)"
+                )
 
-        self.previous = signal.signal(signal.SIGALRM, stop)
-        signal.alarm(self.seconds)
+        self.previous = signal.signal(signal.SIGUSR1, stop)
+        self.timer = threading.Timer(self.seconds, os.kill, (os.getpid(), signal.SIGUSR1))
+        self.timer.daemon = True
+        self.active = True
+        self.timer.start()
 
     def __exit__(self, *exc) -> None:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, self.previous)
+        self.active = False
+        self.timer.cancel()
+        signal.signal(signal.SIGUSR1, self.previous)
 
 
 def failure(err: BaseException) -> dict:

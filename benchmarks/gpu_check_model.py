@@ -6,7 +6,7 @@ The shapes are copied from the public `config.json` of each model (hidden size, 
 heads, vocabulary); `tests/test_gpu_check.py` checks their parameter counts against the
 model cards. Random weights change no kernel shape, so speed and memory are the real
 model's; what they change is the text, which is why the reward is a stand-in
-(`parity_reward`).
+(`gpu_check_reward.parity_reward`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ from transformers import AutoModelForCausalLM, PretrainedConfig, Qwen2Config, Qw
 from rlvr.models.tokenizer import CHARACTERS
 
 QWEN_VOCAB = 151_936
+
+
+class Skip(Exception):
+    """A step does not apply on this machine or in this mode; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -144,13 +148,6 @@ def save_hf_tokenizer(vocab_size: int, directory: str) -> None:
     core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     hf = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<eos>", pad_token="<pad>")
     hf.save_pretrained(directory)
-
-
-def parity_reward(prompts: list[str], completions: list[str], **_) -> list[float]:
-    """A reward with variance inside every group of random text (the parity of the
-    completion's code points), so that GRPO's advantages are not all zero and the update
-    does the work it does in a real run. A `reward_funcs` entry: 'gpu_check_model:...'."""
-    return [float(sum(map(ord, text)) % 2) for text in completions]
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from gpu_check_model import SHAPES, SyntheticTokenizer, Workload, build_model, save_hf_tokenizer
+from gpu_check_model import (
+    SHAPES,
+    Skip,
+    SyntheticTokenizer,
+    Workload,
+    build_model,
+    save_hf_tokenizer,
+)
 
 from rlvr.models.logprobs import response_logprobs
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.base import Generation
-
-
-class Skip(Exception):
-    """The step does not apply on this machine or in this mode; the message says why."""
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from rlvr.train import Trainer
 from rlvr.train.config import TrainConfig, resolve_config
 from rlvr.train.data_parallel import DataParallel
 
-REWARD = "gpu_check_model:parity_reward"  # importable: the script's folder is on sys.path
+REWARD = "gpu_check_reward:parity_reward"  # importable: the script's folder is on sys.path
 KEPT = ("loss/policy", "loss/kl", "train/grad_norm", "reward/mean", "train/update_skipped")
 KEPT += ("train/nonfinite_skipped", "time/rollout_s", "time/train_s", "time/policy_update_s")
 

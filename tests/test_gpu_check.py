@@ -143,6 +143,10 @@ def test_a_failed_step_is_recorded_and_the_next_one_runs():
     assert failed["error"] == "RuntimeError: CUDA out of memory (pretend)"
     assert "in broken" in failed["traceback_tail"]
     assert runner.run(_step("generate", lambda: {"tokens_per_s": 1.0}))["status"] == "ok"
+    # A library missing on the device fails the steps that import it, not the run.
+    missing = runner.run(_step("vllm", lambda: gpu_check._call("no_such_module", "step")))
+    assert missing["status"] == "failed"
+    assert missing["error"].startswith("ModuleNotFoundError")
 
 
 def test_budget_skips_steps_and_stops_one_that_overruns():
