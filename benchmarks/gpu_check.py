@@ -54,8 +54,10 @@ class Step:
         return f"{self.kind}/{self.size}"
 
 
-class StepTimeout(Exception):
-    """The step was still running when the budget ran out."""
+class StepTimeout(BaseException):
+    """The step was still running when the budget ran out. A BaseException, like
+    KeyboardInterrupt, so that code which turns errors into data (rlvr's reward guard)
+    does not swallow it."""
 
 
 def _call(module: str, function: str, *args, **kwargs) -> dict:
@@ -117,7 +119,7 @@ class Runner:
                 record.update(status="ok", result=step.run())
         except Skip as reason:
             record.update(status="skipped", reason=str(reason))
-        except Exception as err:  # a step's failure is data; the next step still runs
+        except (Exception, StepTimeout) as err:  # a failure is data; the next step runs
             record.update(status="failed", **failure(err))
         record["seconds"] = round(time.perf_counter() - started, 3)
         self.release()
