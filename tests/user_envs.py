@@ -28,6 +28,14 @@ class GuessNumber(Environment):
         return Reply(hint, done=self.guesses >= self.max_guesses, tool_call=True)
 
 
+class Echo(Environment):
+    """Answers every turn with its first two characters in brackets (for tests that need
+    many observations from a random model: its turns end at their token budget)."""
+
+    def step(self, turn: str) -> Reply:
+        return Reply(f"[{turn[:2]}]")
+
+
 class NotAnEnvironment:
     def __init__(self, **options) -> None:
         pass

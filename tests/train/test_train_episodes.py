@@ -1,0 +1,48 @@
+"""Episodes through the Trainer: what the sampler drew is what the trainer scores (ratio
+exactly 1 on every policy token, after every observation), full fine-tune and LoRA, and
+observation tokens stay out of every count."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from local_model import local_trainer
+
+ECHO = {
+    "environment": "user_envs:Echo",
+    "episode": {"max_turns": 4, "max_turn_tokens": 3},
+    "max_new_tokens": 24,
+}
+LORA = {"lora": {"rank": 4, "alpha": 8, "target_modules": "all-linear"}}
+
+
+@pytest.mark.parametrize("policy", [{}, LORA], ids=["full", "lora"])
+def test_trainer_logprobs_equal_the_samplers_on_every_policy_token(tmp_path, policy):
+    trainer = local_trainer(tmp_path, policy=policy, **ECHO)
+    rollout = trainer._collect().rollout
+    assert rollout.forced_mask.sum() > 0  # observations were inserted
+    recomputed = trainer._logprobs(trainer.model, rollout)
+    policy_tokens = rollout.loss_mask > 0
+    after_observation = policy_tokens & (rollout.forced_mask.cumsum(-1) > 0)
+    assert after_observation.any()
+    ratio = (recomputed[policy_tokens] - rollout.sampler_logprobs[policy_tokens]).exp()
+    torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=2e-5, rtol=0)
+
+
+def test_observation_tokens_are_context_not_counts(tmp_path):
+    trainer = local_trainer(tmp_path, **ECHO)
+    collected = trainer._collect()
+    rollout = collected.rollout
+    prepared = trainer._prepare(rollout)
+    observation = rollout.forced_mask > 0
+    # Not trained on: the prepared mask (every normaliser's count) excludes them ...
+    assert (prepared.response_mask[observation] == 0).all()
+    assert prepared.response_mask.sum() == rollout.loss_mask.sum()
+    # ... nor counted as generated, while the record says how many there were.
+    metrics = trainer.train_step()
+    assert metrics["env/observation_tokens"] > 0
+    episodes = collected.generated.episodes
+    policy = sum(int(m.sum()) for m in collected.generated.loss_mask)
+    assert policy + sum(e.observation_tokens for e in episodes) == int(
+        collected.generated.response_mask.sum()
+    )
