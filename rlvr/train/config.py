@@ -48,6 +48,11 @@ class TrainConfig:
     model: str = _doc("'embedded' (tiny warm-started policy), a local path or hub id", "embedded")
     warm_target: float = _doc("dev accuracy at which the embedded warm start stops", 0.3)
     warm_seed: int = _doc("seed of the embedded warm start (shared by all RL seeds)", 0)
+    warm_max_steps: int = _doc(
+        "supervised steps the embedded warm start may take before it stops short of "
+        "warm_target (a matched control's equal supervised budget)",
+        3000,
+    )
     seed: int = _doc("seed of the RL run: data order and sampling", 0)
     steps: int = _doc("rollout batches to train on (the step budget)", 50)
     max_generated_tokens: int | None = _doc(
@@ -206,6 +211,7 @@ class TrainConfig:
             )
         if not task.loads_data:  # a dataset task is checked once the trainer loads it
             check_eval_size(self.eval_size, task)
+        check_int("warm_max_steps", self.warm_max_steps)
         if not 0.0 <= self.warm_target <= 1.0:
             raise ValueError(f"warm_target must be in [0, 1], got {self.warm_target!r}")
         if self.think_budget is not None and self.think_budget < 1:

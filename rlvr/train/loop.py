@@ -128,7 +128,11 @@ class Trainer:
         cfg = self.cfg
         warm = {}
         if cfg.model == "embedded":
-            warm = {"target_accuracy": cfg.warm_target, "progress": cfg.progress}
+            warm = {
+                "target_accuracy": cfg.warm_target,
+                "max_steps": cfg.warm_max_steps,
+                "progress": cfg.progress,
+            }
         model, tokenizer, info = load_policy(
             cfg.model, cfg.task, cfg.task_options, cfg.warm_seed, **warm
         )

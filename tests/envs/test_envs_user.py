@@ -12,15 +12,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).parents[1] / "rollout"))
 sys.path.insert(0, str(Path(__file__).parents[1] / "train"))
 
-from local_model import local_trainer  # noqa: E402
-from scripted_engine import EOS, ScriptedEngine  # noqa: E402
+from local_model import local_trainer
+from scripted_engine import EOS, ScriptedEngine
 
-from rlvr.envs.attach import attach_environment  # noqa: E402
-from rlvr.models import CharTokenizer  # noqa: E402
-from rlvr.rollout import SamplingParams  # noqa: E402
-from rlvr.rollout.episodes import generate_for  # noqa: E402
-from rlvr.tasks import make_task  # noqa: E402
-from rlvr.train.config import resolve_config  # noqa: E402
+from rlvr.envs.attach import attach_environment
+from rlvr.models import CharTokenizer
+from rlvr.rollout import SamplingParams
+from rlvr.rollout.episodes import generate_for
+from rlvr.tasks import make_task
+from rlvr.train.config import resolve_config
 
 
 def _guesser(context, k):
@@ -96,7 +96,9 @@ def test_settings_that_cannot_take_effect_are_refused(values, message):
 def test_an_environment_class_must_make_an_environment():
     task = make_task("arithmetic")
     attach_environment(task, "user_envs:NotAnEnvironment", {}, [], {})
-    with pytest.raises(ValueError, match="made a NotAnEnvironment, not an rlvr.envs.Environment"):
+    with pytest.raises(
+        ValueError, match=r"made a NotAnEnvironment, not an rlvr\.envs\.Environment"
+    ):
         task.environment(task.problems("train")[0])
 
 
