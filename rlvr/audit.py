@@ -21,6 +21,7 @@ import torch
 
 from rlvr.algo import get_recipe, policy_loss, prepare_batch, selection_metrics
 from rlvr.algo.aggregation import aggregation_weights
+from rlvr.algo.masks import policy_mask
 from rlvr.algo.recipes import RECIPES
 from rlvr.algo.regularizers import value_loss
 from rlvr.audit_table import format_audit as format_audit  # the --table view
@@ -108,7 +109,7 @@ class AuditBatch:
     @property
     def loss_mask(self) -> torch.Tensor:
         """(N, T) policy tokens, as `Rollout.loss_mask`: response mask × (1 − forced)."""
-        return self.mask * (1.0 - self.observation)
+        return policy_mask(self.mask, self.observation)
 
     @property
     def lengths(self) -> torch.Tensor:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
+from rlvr.algo.masks import policy_mask
 from rlvr.rollout import Generation
 
 
@@ -49,9 +50,7 @@ class Rollout:
 
         `response_mask` says what the model attends to; `loss_mask` what it is trained on.
         """
-        if self.forced_mask is None:
-            return self.response_mask
-        return self.response_mask * (1.0 - self.forced_mask)
+        return policy_mask(self.response_mask, self.forced_mask)
 
     def select(self, rows: torch.Tensor) -> Rollout:
         """The rows at `rows` (a long index tensor), every field sliced alike."""
