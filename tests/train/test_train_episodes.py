@@ -46,3 +46,33 @@ def test_observation_tokens_are_context_not_counts(tmp_path):
     assert policy + sum(e.observation_tokens for e in episodes) == int(
         collected.generated.response_mask.sum()
     )
+
+
+def test_the_calculator_episodes_are_scored_as_sampled(tmp_path):
+    """The shipped tool environment on a policy that calls it: 100 supervised steps teach
+    the embedded model the protocol (warm_target 1.0 is never reached, so it stops at 100;
+    cached), then every policy token after a `=result` observation scores as sampled."""
+    from rlvr.train.config import resolve_config
+    from rlvr.train.loop import Trainer
+
+    cfg = resolve_config(
+        {
+            "task": "calculator",
+            "warm_target": 1.0,
+            "warm_max_steps": 100,
+            "prompts_per_step": 4,
+            "group_size": 4,
+            "eval_size": 8,
+            "progress": False,
+            "out": str(tmp_path / "run"),
+        }
+    )
+    with pytest.warns(UserWarning, match="warm start on 'calculator' stopped after 100 steps"):
+        trainer = Trainer(cfg)
+    rollout = trainer._collect().rollout
+    assert sum(e.tool_calls for e in rollout.episodes) >= 4  # the tool was really called
+    recomputed = trainer._logprobs(trainer.model, rollout)
+    after_observation = (rollout.loss_mask > 0) & (rollout.forced_mask.cumsum(-1) > 0)
+    assert after_observation.sum() >= 4
+    ratio = (recomputed[after_observation] - rollout.sampler_logprobs[after_observation]).exp()
+    torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=2e-5, rtol=0)
