@@ -59,7 +59,7 @@ def _mean(values: list[float], fmt: str = "{:,.0f}") -> str:
 def summary_table(groups: dict[str, list[CellResult]]) -> str:
     # No "best" accuracy: a maximum over evaluations of the same test items is chosen on
     # the test set and biased upward; only the final evaluation is reported.
-    header = ["condition", "seeds", "final acc", "format rate", "resp. len",
+    header = ["condition", "seeds", "initial acc", "final acc", "format rate", "resp. len",
               "gen. tokens", "discarded", "rollout s", "train s", "total s", "clip frac",
               "seq clip frac"]  # fmt: skip
     rows = []
@@ -68,6 +68,7 @@ def summary_table(groups: dict[str, list[CellResult]]) -> str:
         secs = [c.summary["seconds"] for c in cells]
         rows.append([
             label, str(len(cells)),
+            _ci([c.summary.get("initial", {}).get("eval/accuracy") for c in cells]),
             _ci([f["eval/accuracy"] for f in final]),
             _ci([f.get("eval/format_rate") for f in final]),
             _mean([f.get("eval/response_length") for f in final], "{:.1f}"),
@@ -229,7 +230,8 @@ def _sections(spec, groups, fits, fit_notes, diff_text, plots, out: Path) -> lis
                   for p in plots]  # fmt: skip
     return [
         "## Results per condition",
-        "Final held-out accuracy (mean ± 95% CI over seeds), format rate and mean "
+        "Held-out accuracy before training (the warm start: equal over seeds that share "
+        "it) and at the final eval (mean ± 95% CI over seeds), format rate and mean "
         "response length at the final eval (nothing is selected on the eval items); generated and discarded tokens, rollout, train "
         "and total seconds per cell (means); clip fractions averaged over training steps.",
         summary_table(groups),

@@ -8,6 +8,7 @@ from rlvr.compare.results import CellResult
 def _cell(seed: int, final: float, best: float) -> CellResult:
     evals = {"eval/accuracy": final, "eval/format_rate": 1.0, "eval/response_length": 12.0}
     summary = {
+        "initial": {"eval/accuracy": 0.3},
         "final": evals,
         "best": {"step": 5, **evals, "eval/accuracy": best},
         "seconds": {"wall_s": 10.0},
@@ -26,5 +27,8 @@ def test_table_has_no_accuracy_chosen_on_the_eval_items():
     header = table.splitlines()[0]
     assert "best" not in header
     assert "0.900" not in table and "| 0.450 ± 0.635 |" in table
+    # Before training, both seeds share the warm start: 0.300 with no spread.
+    assert header.startswith("| condition | seeds | initial acc | final acc |")
+    assert "| grpo | 2 | 0.300 ± 0.000 | 0.450 ± 0.635 |" in table
     later_best = summary_table({"grpo": [_cell(0, 0.40, 0.95), _cell(1, 0.50, 0.99)]})
     assert later_best == table
