@@ -34,6 +34,10 @@ class Reply:
     """The turn tried a tool call that could not be parsed or named no known tool."""
     tool_error: str | None = None
     """The tool ran and failed: "error" (it raised) or "timeout"; the observation says so."""
+    reward: float = 0.0
+    """A per-turn part of the reward, reported (`env/turn_reward`) and not trained on: the
+    reward of an episode is the outcome reward of its whole trajectory (the task's
+    verifier or `reward_funcs`); a reward function can read these parts if it wants them."""
 
 
 class Environment(ABC):

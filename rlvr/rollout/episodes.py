@@ -21,12 +21,14 @@ sample, never the run.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
 
+from rlvr.checks import is_number
 from rlvr.envs.base import Environment, Reply
 from rlvr.envs.budgets import EpisodeBudgets
 from rlvr.rollout.base import Generation, RolloutEngine, SamplingParams, encode_prompts
@@ -45,6 +47,7 @@ class EpisodeRecord:
     observation_tokens: int = 0
     observations_cut: int = 0
     env_seconds: float = 0.0
+    turn_reward: float = 0.0  # the sum of the environment's per-turn reward parts
     env_failed: str | None = None  # why the environment itself failed, if it did
     ended_by: str = ""  # one of rlvr.envs.budgets.ENDINGS
 
@@ -157,6 +160,7 @@ def _take_turn(episode, gen, row, tokenizer, stops, params, budgets) -> None:
     record.invalid_calls += reply.invalid_call
     record.tool_errors += reply.tool_error == "error"
     record.tool_timeouts += reply.tool_error == "timeout"
+    record.turn_reward += float(reply.reward)
     if reply.observation:
         _observe(episode, reply.observation, tokenizer, params, budgets)
     if reply.done:
@@ -182,6 +186,12 @@ def _ask(episode: _Episode, turn: str, timeout_s: float) -> Reply | None:
         episode.record.env_seconds += time.perf_counter() - started
     if not isinstance(reply, Reply):
         episode.record.env_failed = f"type: step returned {type(reply).__name__}, not a Reply"
+        return None
+    if not isinstance(reply.observation, str):
+        episode.record.env_failed = f"type: Reply.observation is {type(reply.observation).__name__}"
+        return None
+    if not is_number(reply.reward) or not math.isfinite(reply.reward):
+        episode.record.env_failed = f"type: Reply.reward is {reply.reward!r}, not a finite number"
         return None
     return reply
 

@@ -20,6 +20,7 @@ def episode_metrics(episodes: list | None) -> dict[str, float]:
         "env/observation_tokens": sum(e.observation_tokens for e in episodes) / n,
         "env/observations_cut": float(sum(e.observations_cut for e in episodes)),
         "env/failed_frac": sum(e.env_failed is not None for e in episodes) / n,
+        "env/turn_reward": sum(e.turn_reward for e in episodes) / n,
         "time/env_s": sum(e.env_seconds for e in episodes),
         **{f"env/ended_{end}": sum(e.ended_by == end for e in episodes) / n for end in ENDINGS},
     }

@@ -110,6 +110,10 @@ class _Broken(Environment):
             raise ConnectionError("search API rate limit")
         if self.how == "hang":
             time.sleep(30)
+        if self.how == "bad reward":
+            return Reply("ok", reward=float("nan"))
+        if self.how == "bad observation":
+            return Reply(observation=None)
         return "not a Reply"
 
 
@@ -119,6 +123,8 @@ class _Broken(Environment):
         ("raise", "error: ConnectionError: search API rate limit"),
         ("hang", "timeout: step ran past 0.3s"),
         ("garbage", "type: step returned str, not a Reply"),
+        ("bad reward", "type: Reply.reward is nan, not a finite number"),
+        ("bad observation", "type: Reply.observation is NoneType"),
     ],
 )
 def test_a_failing_environment_ends_the_episode_flagged(how, reason):
@@ -170,3 +176,13 @@ def test_trainer_logprobs_equal_the_samplers_across_observations():
     assert after.any()
     ratio = (trainer[after] - gen.sampler_logprobs[after]).exp()
     torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=1e-5, rtol=0)
+
+
+def test_per_turn_reward_parts_are_summed_for_the_record():
+    class Scoring(Environment):
+        def step(self, turn):
+            return Reply("ok", reward=0.25)
+
+    gen, _ = _run(lambda c, k: "x", lambda i: Scoring(), EpisodeBudgets(max_turns=3))
+    # three turns, two answered (the last turn gets no reply): 2 × 0.25
+    assert gen.episodes[0].turn_reward == 0.5 and gen.episodes[0].turns == 3
