@@ -35,7 +35,7 @@ def _recipe_row(recipe) -> dict[str, str]:
     }
     return {
         "recipe": recipe.name,
-        "advantage": recipe.advantage,
+        "advantage": recipe.advantage + _teacher_term(recipe),
         "ratio": recipe.ratio,
         "surrogate": recipe.surrogate,
         "clip": clip,
@@ -44,6 +44,14 @@ def _recipe_row(recipe) -> dict[str, str]:
         "selection": ", ".join(k for k, on in flags.items() if on) or "—",
         "source": recipe.source,
     }
+
+
+def _teacher_term(recipe) -> str:
+    """' + teacher β=…' when the recipe adds a teacher's term (λ shown when not 1)."""
+    if not recipe.teacher_kl_coef:
+        return ""
+    weight = f" λ={recipe.teacher_weight:g}" if recipe.teacher_weight != 1.0 else ""
+    return f" + teacher β={recipe.teacher_kl_coef:g}{weight}"
 
 
 def format_table(rows: list[dict[str, str]], columns: Sequence[str]) -> str:

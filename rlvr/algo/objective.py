@@ -16,6 +16,7 @@ from rlvr.algo.aggregation import aggregation_weights
 from rlvr.algo.recipes import Recipe
 from rlvr.algo.registry import ADVANTAGES, KL_ESTIMATORS, SELECTIONS, AdvantageBatch
 from rlvr.algo.selection import sampling_signal, shaped_rewards
+from rlvr.algo.teacher import teacher_advantages
 from rlvr.algo.whiten import masked_whiten
 
 
@@ -78,12 +79,16 @@ def prepare_batch(
     ref_logprobs: torch.Tensor | None = None,
     values: torch.Tensor | None = None,
     lengths: torch.Tensor | None = None,
+    teacher_logprobs: torch.Tensor | None = None,
 ) -> PreparedBatch:
     """Selection → shaping → advantages → aggregation weights, over the whole batch.
 
     `lengths` (N,): |y| as `max_new_tokens` counts it, for the overlong ramp; it differs
     from `response_mask.sum(-1)` when the mask leaves out engine-inserted tokens (forced
     interruption), which use up the budget too. Default: `response_mask.sum(-1)`.
+    `teacher_logprobs` (N, T): a teacher's log π_T of the same tokens; with
+    `recipe.teacher_kl_coef` > 0, Â = Â_outcome + λ·A_teacher on the kept policy tokens
+    (after any whitening of Â_outcome), log π_S being `old_logprobs`.
     """
     if lengths is None:
         lengths = response_mask.sum(-1)
@@ -108,11 +113,27 @@ def prepare_batch(
         advantages[rows] = adv.double()
         if returns is not None:
             returns[rows] = ret.double()
+    if recipe.teacher_kl_coef:
+        advantages = advantages + recipe.teacher_weight * _teacher_term(
+            recipe, old_logprobs, teacher_logprobs, mask
+        )
     weights, nll = step_weights(recipe, mask.double(), group_ids, correct, keep, max_new_tokens)
     dtype = response_mask.dtype
     cast = lambda x: None if x is None else x.to(dtype)  # noqa: E731
     return PreparedBatch(
         keep, reward, mask, cast(advantages), cast(weights), cast(nll), cast(returns)
+    )
+
+
+def _teacher_term(recipe, old_logprobs, teacher_logprobs, mask) -> torch.Tensor:
+    """A_teacher (N, T) in float64, 0 outside `mask` (dropped rows, non-policy tokens)."""
+    if old_logprobs is None or teacher_logprobs is None:
+        raise ValueError(
+            f"teacher_kl_coef={recipe.teacher_kl_coef} needs the student's old_logprobs and "
+            f"the teacher's teacher_logprobs of the same tokens"
+        )
+    return teacher_advantages(
+        old_logprobs.double(), teacher_logprobs.double(), mask.double(), recipe.teacher_kl_coef
     )
 
 

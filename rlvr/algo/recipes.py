@@ -11,7 +11,15 @@ import dataclasses
 from dataclasses import dataclass, field, fields
 
 # Importing the modules that define the built-in choices registers them.
-from rlvr.algo import aggregation, gae, ratios, regularizers, selection, surrogates  # noqa: F401
+from rlvr.algo import (  # noqa: F401
+    aggregation,
+    gae,
+    ratios,
+    regularizers,
+    selection,
+    surrogates,
+    teacher,
+)
 from rlvr.algo.registry import (
     ADVANTAGES,
     AGGREGATIONS,
@@ -78,6 +86,14 @@ class Recipe:
         "targets are computed before); on for ppo, as verl and OpenRLHF do",
         False,
     )
+    teacher_kl_coef: float = _doc(
+        "β of the teacher advantage A_t = −β·(log π_S − log π_T) on policy tokens "
+        "(on-policy distillation; needs `teacher` in the config); 0: no teacher",
+        0.0,
+    )
+    teacher_weight: float = _doc(
+        "λ in Â = Â_outcome + λ·A_teacher (with advantage 'none': the teacher alone)", 1.0
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -111,6 +127,7 @@ class Recipe:
         if self.retire_threshold is not None and not 0.0 < self.retire_threshold <= 1.0:
             raise ValueError(f"retire_threshold must be in (0, 1], got {self.retire_threshold}")
         _check_ranges(self)
+        _check_teacher(self)
         if self.dynamic_sampling_key not in SAMPLING_KEYS:
             raise ValueError(
                 f"dynamic_sampling_key must be one of {', '.join(SAMPLING_KEYS)}, got "
@@ -153,6 +170,8 @@ def _check_ranges(recipe: Recipe) -> None:
         "value_pretrain_steps": recipe.value_pretrain_steps >= 0,
         "nll_coef": recipe.nll_coef >= 0.0,
         "entropy_coef": recipe.entropy_coef >= 0.0,
+        "teacher_kl_coef": recipe.teacher_kl_coef >= 0.0,
+        "teacher_weight": recipe.teacher_weight > 0.0,
     }
     valid = {
         "gamma": "in (0, 1]",
@@ -164,13 +183,34 @@ def _check_ranges(recipe: Recipe) -> None:
         "value_pretrain_steps": "≥ 0",
         "nll_coef": "≥ 0",
         "entropy_coef": "≥ 0",
+        "teacher_kl_coef": "≥ 0",
+        "teacher_weight": "> 0",
     }
     for name, ok in checks.items():
         if not ok:
             raise ValueError(f"{name} must be {valid[name]}, got {getattr(recipe, name)!r}")
 
 
+def _check_teacher(recipe: Recipe) -> None:
+    """Teacher fields that cannot take effect without a teacher term are rejected."""
+    if recipe.teacher_kl_coef:
+        return
+    if recipe.advantage == teacher.NO_OUTCOME:
+        raise ValueError(
+            f"advantage={teacher.NO_OUTCOME!r} with teacher_kl_coef=0 gives every token a zero "
+            f"advantage, so nothing trains; set teacher_kl_coef > 0 (a teacher's term) or "
+            f"choose an outcome advantage ({', '.join(ADVANTAGES.names()[:4])}, ...)"
+        )
+    if recipe.teacher_weight != 1.0:
+        raise ValueError(
+            f"teacher_weight={recipe.teacher_weight!r} weighs the teacher's term, which "
+            f"teacher_kl_coef=0 turns off; set teacher_kl_coef > 0 or remove teacher_weight"
+        )
+
+
 _GRPO = "Shao 2024, DeepSeekMath (arXiv 2402.03300)"
+_OPD = "Agarwal 2024, GKD (arXiv 2306.13649); Thinking Machines 2025, On-Policy Distillation"
+_OPSD = "Zhao 2026, OPSD (arXiv 2601.18734): the frozen student as teacher, seeing the solution"
 # The abstract gives only the ratio's prefix minimum (j < t); the surrogate it feeds is not
 # established (docs/methods.md), so both forms in circulation are recipes.
 _MINPRO = "Lei 2026, MinPRO (arXiv 2601.22718): prefix minimum j<t per its abstract"
@@ -271,6 +311,24 @@ RECIPES: dict[str, Recipe] = {
             zero_variance_filter=True,
             retire_threshold=0.9,
             fp32_head=True,
+        ),
+        # Distillation (agentic-rl-lab ch. 2 and 4): the teacher's reverse KL alone, under
+        # importance sampling without a clip; the two differ only in the config's teacher.
+        Recipe(
+            "opd",
+            _OPD,
+            advantage=teacher.NO_OUTCOME,
+            surrogate="reinforce",
+            aggregation="token_mean",
+            teacher_kl_coef=1.0,
+        ),
+        Recipe(
+            "opsd",
+            _OPSD,
+            advantage=teacher.NO_OUTCOME,
+            surrogate="reinforce",
+            aggregation="token_mean",
+            teacher_kl_coef=1.0,
         ),
     )
 }

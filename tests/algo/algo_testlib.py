@@ -37,6 +37,7 @@ class Batch:
     correct: torch.Tensor
     truncated: torch.Tensor
     max_new_tokens: int
+    teacher_logprobs: torch.Tensor | None = None
 
 
 def random_batch(
@@ -61,8 +62,10 @@ def random_batch(
         correct_t = torch.randint(0, 2, (n,), generator=gen).to(F64)
     else:
         correct_t = torch.tensor(correct, dtype=F64)
+    teacher = logprobs + 0.5 * torch.randn(n, length, generator=gen, dtype=F64)  # drawn last
     # Padding is garbage on purpose: nothing may read it.
     pad = mask == 0
+    teacher = teacher.masked_fill(pad, -5.0)
     logprobs = logprobs.masked_fill(pad, -7.0)
     old = old.masked_fill(pad, 3.0)
     group_ids = torch.repeat_interleave(
@@ -79,6 +82,7 @@ def random_batch(
         correct=correct_t,
         truncated=torch.tensor(lengths) >= max_new_tokens,
         max_new_tokens=max_new_tokens,
+        teacher_logprobs=teacher,
     )
 
 
@@ -94,6 +98,7 @@ def prepare(recipe: Recipe, batch: Batch) -> PreparedBatch:
         old_logprobs=batch.old_logprobs,
         ref_logprobs=batch.ref_logprobs,
         values=batch.values if recipe.needs_critic else None,
+        teacher_logprobs=batch.teacher_logprobs,
     )
 
 

@@ -147,11 +147,13 @@ def test_sequence_token_equals_sequence_for_constant_advantages(aggregation, cli
 
 
 # Every named recipe whose zero-advantage rows carry no gradient at all: no KL in the loss
-# or in the reward, no critic (GAE gives them non-zero Â), no entropy or NLL term.
+# or in the reward, no critic (GAE gives them non-zero Â), no entropy or NLL term, no
+# teacher (its term gives uniform groups non-zero Â).
 SKIPPABLE = sorted(
     name
     for name, r in RECIPES.items()
     if not (r.needs_reference or r.needs_critic or r.entropy_coef or r.nll_coef)
+    and not r.teacher_kl_coef
 )
 
 

@@ -8,7 +8,7 @@ from rlvr.algo import RECIPES, Recipe, get_recipe, recipe_fields
 
 NAMES = {
     "grpo", "dr_grpo", "dapo", "gspo", "cispo", "ppo",
-    "rloo", "reinforce_pp", "vapo", "minpro", "minpro_clip", "scalerl",
+    "rloo", "reinforce_pp", "vapo", "minpro", "minpro_clip", "scalerl", "opd", "opsd",
 }  # fmt: skip
 
 # name → (advantage, ratio, surrogate, 1 − clip_low, 1 + clip_high, aggregation, kl, in reward)
@@ -34,6 +34,8 @@ TABLE = {
     "minpro": ("group_norm", "prefix_min", "cispo", 0.0, 4.0, "token_mean", None, False),
     "minpro_clip": ("group_norm", "prefix_min", "clip", 0.8, 1.28, "token_mean", None, False),
     "scalerl": ("batch_norm", "token", "cispo", 0.0, 4.0, "prompt_mean", None, False),
+    "opd": ("none", "token", "reinforce", 0.8, 1.2, "token_mean", None, False),
+    "opsd": ("none", "token", "reinforce", 0.8, 1.2, "token_mean", None, False),
 }
 
 
