@@ -8,6 +8,10 @@ A response may be a multi-turn episode: its optional `observation` (0/1 per toke
 the environment's tokens, which the loop carries with `forced_mask` = 1. As there, they are
 context: out of the loss mask (so out of every normaliser, ratio, KL and advantage), in
 the trajectory's length (the overlong ramp), and their gradient is exactly 0.
+
+A distillation recipe (`teacher_kl_coef` > 0: opd, opsd) reads each response's
+`teacher_logprobs`, the teacher's log π_T of the same tokens; an observation token may
+hold null there (the teacher scores no context), and gets no teacher term either way.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from rlvr.algo.aggregation import aggregation_weights
 from rlvr.algo.masks import policy_mask
 from rlvr.algo.recipes import RECIPES
 from rlvr.algo.regularizers import value_loss
+from rlvr.algo.teacher import reverse_kl_metrics
 from rlvr.audit_table import format_audit as format_audit  # the --table view
 from rlvr.checks import is_int, is_number
 
@@ -45,6 +50,7 @@ RESPONSE_KEYS = (
     "correct",
     "truncated",
     "observation",
+    "teacher_logprobs",
 )
 # Bounds that keep every intermediate finite: exp(logπ − logπ_ref) of the k3 KL and the
 # whitening of rewards stay far from float64 overflow.
@@ -102,6 +108,7 @@ class AuditBatch:
     old_logprobs: torch.Tensor
     ref_logprobs: torch.Tensor
     values: torch.Tensor | None
+    teacher_logprobs: torch.Tensor | None  # (N, T) log π_T; 0 where none was given
     rewards: torch.Tensor
     correct: torch.Tensor
     truncated: torch.Tensor
@@ -158,7 +165,28 @@ def _observation(value: Any, where: str, length: int) -> list[float]:
     return [float(flag) for flag in value]
 
 
-def _response(resp: Any, where: str, needs_values: bool) -> dict[str, Any]:
+def _teacher_logprobs(value: Any, where: str, observation: list[float]) -> list[float]:
+    """The teacher's log-prob of each token: a number, or null on an observation token."""
+    if not isinstance(value, list) or len(value) != len(observation):
+        raise AuditInputError(
+            f"{where} must be a list of one log-prob per token ({len(observation)}; null on "
+            f"observation tokens), got {_short(value)}"
+        )
+    for t, v in enumerate(value):
+        if v is None and not observation[t]:
+            raise AuditInputError(
+                f"{where}[{t}] is null but token {t} is a policy token: give the teacher's "
+                f"log-prob there (null is for observation tokens, which the teacher does not score)"
+            )
+    return [
+        0.0 if v is None else _number(v, f"{where}[{t}]", MIN_LOGPROB, 0.0)
+        for t, v in enumerate(value)
+    ]
+
+
+def _response(
+    resp: Any, where: str, needs_values: bool, needs_teacher: bool = False
+) -> dict[str, Any]:
     if not isinstance(resp, dict):
         raise AuditInputError(f"{where} must be an object, got {type(resp).__name__}")
     _check_keys(resp, RESPONSE_KEYS, where)
@@ -185,12 +213,23 @@ def _response(resp: Any, where: str, needs_values: bool) -> dict[str, Any]:
     if not isinstance(truncated, bool):
         raise AuditInputError(f"{where}.truncated must be true or false, got {_short(truncated)}")
     observation = _observation(resp.get("observation", [0] * n), f"{where}.observation", n)
+    if needs_teacher and "teacher_logprobs" not in resp:
+        raise AuditInputError(
+            f"{where}.teacher_logprobs is missing: this recipe's teacher term (teacher_kl_coef > "
+            "0) needs the teacher's log-prob of every policy token"
+        )
+    teacher = (  # checked whenever given; only a teacher recipe reads it
+        _teacher_logprobs(resp["teacher_logprobs"], f"{where}.teacher_logprobs", observation)
+        if "teacher_logprobs" in resp
+        else None
+    )
     return {
         "logprobs": logprobs,
         "observation": observation,
         "old": old,
         "ref": ref,
         "values": values,
+        "teacher": teacher,
         "reward": reward,
         "correct": float(correct),
         "truncated": truncated,
@@ -218,7 +257,7 @@ def _pad(rows: list[list[float]], length: int) -> torch.Tensor:
     return torch.tensor([r + [0.0] * (length - len(r)) for r in rows], dtype=torch.float64)
 
 
-def parse_batch(data: Any, needs_values: bool) -> AuditBatch:
+def parse_batch(data: Any, needs_values: bool, needs_teacher: bool = False) -> AuditBatch:
     """Validate the JSON batch and pad it into tensors."""
     groups = data.get("groups") if isinstance(data, dict) else None
     if not isinstance(groups, list) or not groups:
@@ -232,7 +271,7 @@ def parse_batch(data: Any, needs_values: bool) -> AuditBatch:
         if not isinstance(responses, list) or not responses:
             raise AuditInputError(f"groups[{g}].responses must be a non-empty list")
         rows = [
-            _response(r, f"groups[{g}].responses[{i}]", needs_values)
+            _response(r, f"groups[{g}].responses[{i}]", needs_values, needs_teacher)
             for i, r in enumerate(responses)
         ]
         parsed += rows
@@ -249,6 +288,7 @@ def parse_batch(data: Any, needs_values: bool) -> AuditBatch:
         old_logprobs=col("old"),
         ref_logprobs=col("ref"),
         values=col("values") if needs_values else None,
+        teacher_logprobs=col("teacher") if needs_teacher else None,
         rewards=torch.tensor([r["reward"] for r in parsed], dtype=torch.float64),
         correct=torch.tensor([r["correct"] for r in parsed], dtype=torch.float64),
         truncated=torch.tensor([r["truncated"] for r in parsed]),
@@ -292,7 +332,7 @@ def run_audit(data: Any) -> dict[str, Any]:
         raise AuditInputError("the batch must be a JSON object with 'recipe' and 'groups'")
     _check_keys(data, TOP_KEYS, "batch")
     recipe = _recipe_from(data)
-    batch = parse_batch(data, recipe.needs_critic)
+    batch = parse_batch(data, recipe.needs_critic, recipe.teacher_kl_coef > 0)
     longest = max(n for lengths in batch.shape for n in lengths)
     budget = data.get("max_new_tokens", longest)
     if not is_int(budget) or not longest <= budget <= 10**9:
@@ -314,6 +354,7 @@ def run_audit(data: Any) -> dict[str, Any]:
             ref_logprobs=batch.ref_logprobs,
             values=batch.values,
             lengths=batch.lengths,
+            teacher_logprobs=batch.teacher_logprobs,
         )
     except ValueError as err:
         raise AuditInputError(str(err)) from None
@@ -332,6 +373,12 @@ def run_audit(data: Any) -> dict[str, Any]:
     if not (torch.isfinite(loss) and torch.isfinite(logprobs.grad).all()):
         raise AuditInputError("the inputs give a non-finite loss or gradient; check their scale")
     metrics = {**selection_metrics(prepared, batch.group_ids), **stats.finalize()}
+    if batch.teacher_logprobs is not None:  # the loop's distill/ metrics, over policy tokens
+        metrics.update(
+            reverse_kl_metrics(
+                batch.old_logprobs, batch.teacher_logprobs, batch.loss_mask, batch.correct
+            )
+        )
     result: dict[str, Any] = {
         "recipe": recipe.name,
         "loss": float(loss.detach()),

@@ -130,6 +130,11 @@ def off_policy_episodes() -> dict:
             resp["old_logprobs"] = [-0.01 if o else v - shift for o, v in zip(obs, lp, strict=True)]
             resp["ref_logprobs"] = [-9.0 if o else v + shift for o, v in zip(obs, lp, strict=True)]
             resp["values"] = [50.0 if o else 0.1 * t for t, o in enumerate(obs)]
+            # The teacher (opd, opsd): far off on observation tokens, or null there.
+            far = None if i else -9.0
+            resp["teacher_logprobs"] = [
+                far if o else v - 2 * shift for o, v in zip(obs, lp, strict=True)
+            ]
     return data
 
 
@@ -139,7 +144,7 @@ def strip(data: dict) -> dict:
     for group in data["groups"]:
         for resp in group["responses"]:
             keep = [not o for o in resp.pop("observation")]
-            for key in ("logprobs", "old_logprobs", "ref_logprobs", "values"):
+            for key in ("logprobs", "old_logprobs", "ref_logprobs", "values", "teacher_logprobs"):
                 if key in resp:
                     resp[key] = [v for v, k in zip(resp[key], keep, strict=True) if k]
     return data
