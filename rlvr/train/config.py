@@ -22,6 +22,7 @@ from rlvr.envs.attach import attach_environment
 from rlvr.rewards import check_reward_settings, parse_reward_funcs
 from rlvr.tasks import TASKS, Task, make_task
 from rlvr.train.hf_setup import check_options as check_hf_options
+from rlvr.train.teacher_model import check_teacher
 
 
 def check_eval_size(eval_size: int, task: Task) -> None:
@@ -164,6 +165,14 @@ class TrainConfig:
         "(FSDP2: weights, gradients and optimizer states sharded over the ranks)",
         "ddp",
     )
+    teacher: dict = field(
+        default_factory=dict,
+        metadata={
+            "doc": "on-policy distillation's teacher (recipes opd, opsd): model (a hub id or "
+            "path, a checkpoint directory, or 'self': the frozen step-0 student) and "
+            "prompt_template (its own prompt; may use {answer} and dataset columns)"
+        },
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -229,6 +238,7 @@ class TrainConfig:
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe={self.recipe!r} is unknown; valid: {', '.join(RECIPES)}")
         recipe = self.build_recipe()  # validates the overrides
+        check_teacher(self.teacher, recipe, self.parallel)
         check_hf_options(self)
         _check_reward_settings(self, recipe)
         _check_group_size(self.group_size, recipe)
@@ -281,6 +291,10 @@ def _absolute_paths(cfg: TrainConfig) -> None:
         object.__setattr__(cfg, "model", _absolute(cfg.model))
     options = {k: _absolute(v) if k in PATH_OPTIONS else v for k, v in cfg.task_options.items()}
     object.__setattr__(cfg, "task_options", options)
+    if isinstance(cfg.teacher, dict) and cfg.teacher.get("model") not in (None, "self"):
+        object.__setattr__(
+            cfg, "teacher", {**cfg.teacher, "model": _absolute(cfg.teacher["model"])}
+        )
 
 
 def _check_reward_settings(cfg: TrainConfig, recipe: Recipe) -> None:

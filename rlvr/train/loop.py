@@ -34,6 +34,7 @@ from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.rng_state import load_rng_state, rng_state
 from rlvr.train.rollout_record import Rollout
 from rlvr.train.step_metrics import step_metrics
+from rlvr.train.teacher_model import load_teacher, teacher_metrics
 from rlvr.train.update import UpdateSettings, minibatch_rows, policy_update
 from rlvr.warmstart import load_policy
 
@@ -54,6 +55,8 @@ class Trainer:
         self.task = make_task(cfg.task, **cfg.task_options)
         check_eval_size(cfg.eval_size, self.task)  # reads a dataset's splits: before the model
         self.model, self.tokenizer, self.model_info = self._load_policy()
+        # The teacher's template fills {prompt} with the prompt before any chat template.
+        teacher_problems = self.task.problems("train") if cfg.teacher else []
         self.model, self.task = prepare_components(
             cfg, self.model, self.tokenizer, self.task, self.model_info
         )
@@ -65,6 +68,12 @@ class Trainer:
         self.engine = self._make_engine(self.model)
         self.optimizer = self._policy_optimizer()
         self.reference = self._frozen_copy() if self.recipe.needs_reference else None
+        self.teacher = (
+            load_teacher(cfg, self.tokenizer, teacher_problems, self._frozen_student, self.model)
+            if cfg.teacher
+            else None
+        )
+        self.teacher_s = 0.0
         self.critic = ValueModel.from_policy(self.model) if self.recipe.needs_critic else None
         if self.critic is not None:
             dropout_off(self.critic)  # as for the policy
@@ -149,6 +158,10 @@ class Trainer:
     def _frozen_copy(self) -> torch.nn.Module:
         return reference_policy(self.model)  # LoRA: the policy with adapters disabled
 
+    def _frozen_student(self) -> torch.nn.Module:
+        """The step-0 student for a teacher "self": π_ref's module when the run has one."""
+        return self.reference if self.reference is not None else self._frozen_copy()
+
     @property
     def on_policy(self) -> bool:
         """One optimizer step per rollout batch: π_old is the policy being differentiated."""
@@ -167,7 +180,8 @@ class Trainer:
         )
 
     def _annotate(self, rollout: Rollout) -> None:
-        """Add π_old, π_ref and V_old to the rollout, each computed once before any update."""
+        """Add π_old, π_ref, V_old and the teacher's log π_T to the rollout, each computed
+        once before any update."""
         if not self.on_policy:
             rollout.old_logprobs = self._logprobs(self.model, rollout)
         if self.reference is not None:
@@ -178,6 +192,12 @@ class Trainer:
             rollout.values = critic_values(
                 self.critic, rollout, self.tokenizer.pad_token_id, self.cfg.micro_batch_size
             )
+        if self.teacher is not None:
+            if rollout.old_logprobs is None:  # log π_S of the teacher's term
+                rollout.old_logprobs = self._logprobs(self.model, rollout)
+            started = time.perf_counter()
+            rollout.teacher_logprobs = self.teacher.logprobs(rollout, self._logprobs)
+            self.teacher_s = time.perf_counter() - started
 
     def train_step(self) -> dict[str, float]:
         """Collect one rollout batch and update on it; returns the step's metrics."""
@@ -186,6 +206,8 @@ class Trainer:
         started = time.perf_counter()
         prepared = None if rollout is None else self._prepare(rollout)
         metrics = step_metrics(collected, prepared, self.cfg.prompts_per_step)
+        if rollout is not None and rollout.teacher_logprobs is not None:
+            metrics.update(teacher_metrics(rollout, self.teacher_s))
         metrics["train/update_skipped"] = 1.0
         if prepared is None or not prepared.keep.any():  # e.g. every group had zero reward variance
             return metrics
@@ -250,6 +272,7 @@ class Trainer:
             old_logprobs=rollout.old_logprobs,
             ref_logprobs=rollout.ref_logprobs,
             values=rollout.values,
+            teacher_logprobs=rollout.teacher_logprobs,
             lengths=rollout.lengths,  # the inserted phrase counts toward L_max, so the ramp too
         )
 

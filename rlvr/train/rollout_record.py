@@ -1,7 +1,7 @@
 """The `Rollout` record: one optimizer step's responses, travelling the whole pipeline.
 
 The sampler creates it (ids, masks, sampler log-probs, truncation), the verifier adds
-correctness and reward, the trainer adds old/reference log-probs and values. No stage
+correctness and reward, the trainer adds old/reference/teacher log-probs and values. No stage
 re-derives what an earlier stage knew.
 """
 
@@ -33,6 +33,7 @@ class Rollout:
     old_logprobs: torch.Tensor | None = None  # (B, T) π_old: the policy before this step's updates
     ref_logprobs: torch.Tensor | None = None  # (B, T) the frozen reference
     values: torch.Tensor | None = None  # (B, T) the critic's V before this step's updates
+    teacher_logprobs: torch.Tensor | None = None  # (B, T) a teacher's log π_T of these tokens
     forced_mask: torch.Tensor | None = None  # (B, T) 1 on engine-inserted tokens (interruption)
     reward_failed: torch.Tensor | None = None  # (B,) bool: a reward function failed on it
     episodes: list | None = None  # (B) EpisodeRecord of multi-turn episodes (forced: observations)

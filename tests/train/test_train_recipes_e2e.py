@@ -29,9 +29,10 @@ REQUIRED = (
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_recipe_runs_two_steps(recipe, small_config):
-    cfg = small_config(
-        recipe=recipe, steps=2, **({"value_pretrain_steps": 1} if recipe == "vapo" else {})
-    )
+    extra = {"value_pretrain_steps": 1} if recipe == "vapo" else {}
+    if RECIPES[recipe].teacher_kl_coef:  # opd, opsd: the frozen student sees the answer
+        extra["teacher"] = {"model": "self", "prompt_template": "{prompt}{answer}\n{prompt}"}
+    cfg = small_config(recipe=recipe, steps=2, **extra)
     summary = run_training(cfg)
     out = Path(cfg.out)
     records = read_metrics(out / "metrics.jsonl")
