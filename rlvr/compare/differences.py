@@ -6,12 +6,12 @@ the comparison no longer changes one thing at a time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from rlvr.algo.recipes import RECIPES
 from rlvr.compare.results import CellResult
-from rlvr.train.config import RECIPE_KEYS
+from rlvr.train.config import RECIPE_KEYS, TrainConfig
 
 ALWAYS_ALLOWED = frozenset({"seed", "out"})
 
@@ -44,22 +44,32 @@ def allowed_keys(cell: CellResult, baseline: CellResult) -> set[str]:
     return keys
 
 
+def recorded(result: CellResult, key: str) -> Any:
+    """The cell's value of `key`: as its config.yaml records it, or, for a field added to
+    rlvr after the cell ran, the value that field has by default (the recipe's, for a
+    recipe field): what the cell computed with, since the field did not exist."""
+    if key in result.config:
+        return result.config[key]
+    recipe = RECIPES.get(result.config.get("recipe", result.cell.recipe))
+    if key in RECIPE_KEYS and recipe is not None:
+        return getattr(recipe, key)
+    field = next((f for f in fields(TrainConfig) if f.name == key), None)
+    if field is None:
+        return None
+    return field.default_factory() if field.default is MISSING else field.default
+
+
 def config_differences(cell: CellResult, baseline: CellResult) -> list[Difference]:
-    """Every field whose recorded value differs between `cell` and `baseline`."""
+    """Every field whose value differs between `cell` and `baseline` (`recorded`)."""
     allowed = allowed_keys(cell, baseline)
     keys = sorted(set(cell.config) | set(baseline.config))
+    values = {k: (recorded(baseline, k), recorded(cell, k)) for k in keys}
     return [
         Difference(
-            cell.cell.name,
-            baseline.cell.name,
-            cell.cell.label,
-            key,
-            baseline.config.get(key),
-            cell.config.get(key),
-            key in allowed,
+            cell.cell.name, baseline.cell.name, cell.cell.label, key, *values[key], key in allowed
         )
         for key in keys
-        if cell.config.get(key) != baseline.config.get(key)
+        if values[key][0] != values[key][1]
     ]
 
 
