@@ -1,0 +1,50 @@
+"""A local training service with the shape of the remote training APIs (Tinker / PyTRIO):
+sample, compute_logprobs, forward_backward with a named loss, optim_step, and weights for
+the sampler, over rlvr's own forward, losses and engine (docs/service.md).
+
+    service = ServiceClient()
+    trainer = service.create_lora_training_client("embedded:arithmetic", rank=8)
+    sampler = trainer.save_weights_and_get_sampling_client("step-0")
+    ...
+    trainer.forward_backward(datums, "importance_sampling").result()
+    trainer.optim_step(AdamParams(learning_rate=1e-4)).result()
+"""
+
+from rlvr.service.client import ServiceClient, load_base_model, tokens_of
+from rlvr.service.losses import API_LOSSES
+from rlvr.service.sampling import SamplingClient, StaleWeightsError
+from rlvr.service.training import TrainingClient
+from rlvr.service.types import (
+    AdamParams,
+    APIFuture,
+    Datum,
+    ForwardBackwardOutput,
+    ModelInput,
+    OptimStepResponse,
+    SampledSequence,
+    SampleResponse,
+    SamplingParams,
+    SaveWeightsResponse,
+    TensorData,
+)
+
+__all__ = [
+    "API_LOSSES",
+    "APIFuture",
+    "AdamParams",
+    "Datum",
+    "ForwardBackwardOutput",
+    "ModelInput",
+    "OptimStepResponse",
+    "SampleResponse",
+    "SampledSequence",
+    "SamplingClient",
+    "SamplingParams",
+    "SaveWeightsResponse",
+    "ServiceClient",
+    "StaleWeightsError",
+    "TensorData",
+    "TrainingClient",
+    "load_base_model",
+    "tokens_of",
+]

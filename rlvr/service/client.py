@@ -1,0 +1,112 @@
+"""`ServiceClient`: makes training and sampling clients over a local policy.
+
+`base_model` is `"embedded:<task>"` (rlvr's tiny model, warm-started on that task and
+cached under ~/.cache/rlvr; `"embedded"` alone means arithmetic) or a local Hugging Face
+model directory. Nothing leaves the machine: "the service" is this process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.models.hf_policy import prepare_policy
+from rlvr.models.load import EMBEDDED, load_pretrained
+from rlvr.models.modes import dropout_off
+from rlvr.models.policy_options import LoraOptions, PolicyOptions
+from rlvr.models.tokenizer import Tokenizer
+from rlvr.rollout.hf_engine import HFEngine
+from rlvr.service.sampling import SamplingClient
+from rlvr.service.training import TrainingClient
+from rlvr.service.types import ModelInput
+from rlvr.tasks.registry import TASKS
+from rlvr.warmstart.load import load_policy
+
+DEFAULT_TASK = "arithmetic"
+
+
+class ServiceClient:
+    """Local stand-in for the remote service client.
+
+    `task_options` and `seed` pick the embedded warm start (the same cache key as
+    `rlvr train` with those options and `warm_seed`); `root` is where `save_state` and
+    `save_weights_for_sampler` write; `device` and `dtype` place the policy."""
+
+    def __init__(
+        self,
+        root: str | Path = "rlvr-service",
+        seed: int = 0,
+        task_options: dict[str, Any] | None = None,
+        device: str = "cpu",
+        dtype: str = "float32",
+    ) -> None:
+        self.root = Path(root)
+        self.seed = seed
+        self.task_options = dict(task_options or {})
+        self.device, self.dtype = device, dtype
+
+    def create_lora_training_client(
+        self, base_model: str, rank: int = 16, alpha: float = 32.0
+    ) -> TrainingClient:
+        """A client that trains LoRA adapters (W + (α/r)·B·A) only; the base stays frozen."""
+        return self._training_client(base_model, LoraOptions(rank=rank, alpha=alpha))
+
+    def create_training_client(self, base_model: str) -> TrainingClient:
+        """A client that trains every weight of the model (full fine-tune)."""
+        return self._training_client(base_model, None)
+
+    def create_sampling_client(self, model_path: str | Path, seed: int = 0) -> SamplingClient:
+        """A sampler over weights saved by `save_weights_for_sampler` (or any local HF
+        model directory); it owns its copy, so it never goes stale."""
+        model, tokenizer = self._load(str(model_path), None)
+        trainer = TrainingClient(model, tokenizer, self.root, seed)  # for its forward only
+        return SamplingClient(HFEngine(model, tokenizer), trainer.compute_logprobs, seed)
+
+    def _training_client(self, base_model: str, lora: LoraOptions | None) -> TrainingClient:
+        model, tokenizer = self._load(base_model, lora)
+        return TrainingClient(model, tokenizer, self.root, self.seed)
+
+    def _load(self, base_model: str, lora: LoraOptions | None) -> tuple[torch.nn.Module, Tokenizer]:
+        model, tokenizer = load_base_model(base_model, self.task_options, self.seed)
+        options = PolicyOptions(dtype=self.dtype, device=self.device, lora=lora)
+        model, _ = prepare_policy(model, options)
+        # Every forward with dropout off, so the trainer's log-probs equal the sampler's.
+        return dropout_off(model), tokenizer
+
+    async def create_lora_training_client_async(self, base_model: str, rank: int = 16):
+        return self.create_lora_training_client(base_model, rank)
+
+    async def create_training_client_async(self, base_model: str) -> TrainingClient:
+        return self.create_training_client(base_model)
+
+
+def load_base_model(
+    base_model: str, task_options: dict[str, Any], seed: int
+) -> tuple[torch.nn.Module, Tokenizer]:
+    """The embedded warm-started model of a task, or a local HF model directory."""
+    if not isinstance(base_model, str) or not base_model:
+        raise ValueError(f"base_model={base_model!r} must be 'embedded:<task>' or a local path")
+    name, _, task = base_model.partition(":")
+    if name == EMBEDDED:
+        task = task or DEFAULT_TASK
+        if task not in TASKS:
+            raise ValueError(
+                f"base_model={base_model!r}: unknown task {task!r}; valid: "
+                + ", ".join(f"embedded:{t}" for t in TASKS)
+            )
+        model, tokenizer, _ = load_policy(EMBEDDED, task, task_options, seed, progress=False)
+        return model, tokenizer
+    if not Path(base_model).is_dir():
+        raise ValueError(
+            f"base_model={base_model!r} is neither 'embedded:<task>' nor a local model "
+            "directory (the local service downloads nothing)"
+        )
+    model, tokenizer, _ = load_pretrained(base_model)
+    return model, tokenizer
+
+
+def tokens_of(tokenizer: Tokenizer, text: str) -> ModelInput:
+    """`ModelInput` of `text` under `tokenizer` (a convenience for prompts)."""
+    return ModelInput.from_ints(tokenizer.encode(text))

@@ -1,0 +1,125 @@
+"""A list of `Datum`s checked and packed into right-padded tensors for one forward pass.
+
+Every check names the datum, the field, the value and what would be valid, so a mistake in
+a user's loop reads as one line instead of a shape error from deep inside the model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from rlvr.service.types import Datum, ModelInput
+
+INTEGER_INPUTS = ("target_tokens",)
+
+
+class Batch(NamedTuple):
+    """B datums, N = the longest model_input; padding is 0 everywhere and out of `mask`."""
+
+    input_ids: list[list[int]]  # (B) model_input tokens, unpadded
+    target_tokens: torch.Tensor  # (B, N) long
+    inputs: dict[str, torch.Tensor]  # name → (B, N) float32, the other loss_fn_inputs
+    mask: torch.Tensor  # (B, N) float32: 1 on each datum's own positions
+
+
+def as_tensor(value: Any, what: str) -> torch.Tensor:
+    """A 1-D tensor from a TensorData, tensor, numpy array or list."""
+    if hasattr(value, "to_torch"):
+        value = value.to_torch()
+    try:
+        tensor = torch.as_tensor(np.asarray(value) if not torch.is_tensor(value) else value)
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            f"{what} must be a 1-D array of numbers, got {value!r:.80}: {err}"
+        ) from None
+    if tensor.dim() != 1:
+        raise ValueError(
+            f"{what} must be 1-D (one value per position), got shape {tuple(tensor.shape)}"
+        )
+    return tensor.detach().cpu()
+
+
+def pack(datums: Sequence[Datum], required: Sequence[str], vocab_size: int, loss_fn: str) -> Batch:
+    """Check that each datum holds exactly the `required` inputs, one per model_input
+    position, finite, with token ids in [0, vocab_size); pack them into a `Batch`."""
+    if not datums:
+        raise ValueError(f"forward_backward(loss_fn={loss_fn!r}) needs at least one Datum")
+    rows, columns = [], {name: [] for name in required}
+    for i, datum in enumerate(datums):
+        tokens = _model_input(datum, i, vocab_size)
+        given = datum.loss_fn_inputs
+        missing = [n for n in required if n not in given]
+        extra = sorted(set(given) - set(required))
+        if missing or extra:
+            raise ValueError(
+                f"datum {i}: loss_fn={loss_fn!r} takes loss_fn_inputs {list(required)}; "
+                + (f"missing {missing}" if missing else f"unknown {extra}")
+            )
+        for name in required:
+            what = f"datum {i}: loss_fn_inputs[{name!r}]"
+            values = as_tensor(given[name], what)
+            if len(values) != len(tokens):
+                raise ValueError(
+                    f"{what} has {len(values)} values but model_input has {len(tokens)} "
+                    "tokens; every loss_fn_input has one value per model_input position"
+                )
+            columns[name].append(_checked(values, what, name, vocab_size))
+        rows.append(tokens)
+    width = max(map(len, rows))
+    mask = torch.zeros(len(rows), width)
+    for b, tokens in enumerate(rows):
+        mask[b, : len(tokens)] = 1.0
+    padded = {name: _pad(values, width) for name, values in columns.items()}
+    targets = padded.pop("target_tokens").long()
+    return Batch(rows, targets, {k: v.float() for k, v in padded.items()}, mask)
+
+
+def _model_input(datum: Datum, index: int, vocab_size: int) -> list[int]:
+    if not isinstance(datum, Datum) or not isinstance(datum.model_input, ModelInput):
+        raise ValueError(
+            f"datum {index} must be a Datum(model_input=ModelInput.from_ints(...), "
+            f"loss_fn_inputs={{...}}), got {type(datum).__name__}"
+        )
+    tokens = datum.model_input.to_ints()
+    if not tokens:
+        raise ValueError(f"datum {index}: model_input is empty; it needs at least one token")
+    bad = [t for t in tokens if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(
+            f"datum {index}: model_input token {bad[0]} is outside the vocabulary [0, {vocab_size})"
+        )
+    return tokens
+
+
+def _checked(values: torch.Tensor, what: str, name: str, vocab_size: int) -> torch.Tensor:
+    if name in INTEGER_INPUTS:
+        if values.is_floating_point() and not bool((values == values.round()).all()):
+            raise ValueError(f"{what} must hold integer token ids, got {values.tolist()[:8]}")
+        values = values.long()
+        bad = values[(values < 0) | (values >= vocab_size)]
+        if len(bad):
+            raise ValueError(
+                f"{what} holds token {int(bad[0])}, outside the vocabulary [0, {vocab_size})"
+            )
+        return values
+    values = values.double()
+    if not bool(torch.isfinite(values).all()):
+        bad = values[~torch.isfinite(values)][0].item()
+        raise ValueError(f"{what} holds {bad}; every value must be a finite number")
+    return values
+
+
+def _pad(values: list[torch.Tensor], width: int) -> torch.Tensor:
+    out = torch.zeros(len(values), width, dtype=values[0].dtype)
+    for b, v in enumerate(values):
+        out[b, : len(v)] = v
+    return out
+
+
+def is_finite_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

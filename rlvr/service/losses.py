@@ -1,0 +1,120 @@
+"""The named losses of `TrainingClient.forward_backward`, each rlvr's own math.
+
+Every loss is a SUM over tokens and datums, with no normalisation, as in the remote
+training APIs: to train with one of rlvr's aggregations, fold its weights into the
+advantages (Â_{i,t}·w_{i,t}, `rlvr.algo.aggregation.aggregation_weights`); every
+surrogate here is positively homogeneous in Â, so that is exactly rlvr's loss.
+
+| loss_fn               | loss_fn_inputs                           | rlvr function         |
+|-----------------------|------------------------------------------|-----------------------|
+| cross_entropy         | target_tokens, weights                   | aggregate(−logπ, w)   |
+| importance_sampling   | target_tokens, logprobs, advantages      | surrogate `reinforce` |
+| ppo                   | target_tokens, logprobs, advantages      | surrogate `clip`      |
+| cispo                 | target_tokens, logprobs, advantages      | surrogate `cispo`     |
+| any rlvr surrogate    | target_tokens, logprobs, advantages      | that surrogate        |
+
+`logprobs` are the sampler's, so ρ = π/π_sampler (rlvr's `token_ratio`). `ppo` and
+`cispo` take the ratio bounds as the remote API does (`clip_low_threshold` 0.8,
+`clip_high_threshold` 1.2); rlvr surrogates by name take rlvr's ε (`clip_low`,
+`clip_high`, `dual_clip_c`, as in a recipe).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+from rlvr.algo.aggregation import aggregate
+from rlvr.algo.ratios import token_ratio
+from rlvr.algo.registry import SURROGATES, Params
+from rlvr.service.datums import Batch, is_finite_number
+
+POLICY_INPUTS = ("target_tokens", "logprobs", "advantages")
+THRESHOLDS = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
+RLVR_PARAMS = ("clip_low", "clip_high", "dual_clip_c")
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """A named loss: the inputs it reads, its config keys with defaults, and its rlvr
+    surrogate (None: cross-entropy)."""
+
+    inputs: tuple[str, ...]
+    config: dict[str, float]
+    surrogate: str | None
+
+
+API_LOSSES = {
+    "cross_entropy": LossSpec(("target_tokens", "weights"), {}, None),
+    "importance_sampling": LossSpec(POLICY_INPUTS, {}, "reinforce"),
+    "ppo": LossSpec(POLICY_INPUTS, THRESHOLDS, "clip"),
+    "cispo": LossSpec(POLICY_INPUTS, THRESHOLDS, "cispo"),
+}
+
+
+def loss_spec(loss_fn: str) -> LossSpec:
+    """The spec of a remote-API loss or of an rlvr surrogate by name (or module:function)."""
+    if loss_fn in API_LOSSES:
+        return API_LOSSES[loss_fn]
+    defaults = {f.name: f.default for f in fields(Params) if f.name in RLVR_PARAMS}
+    if isinstance(loss_fn, str) and (loss_fn in SURROGATES or ":" in loss_fn):
+        try:
+            SURROGATES.get(loss_fn)
+        except ValueError as err:
+            raise ValueError(f"loss_fn={loss_fn!r}: {err}") from None
+        return LossSpec(POLICY_INPUTS, defaults, loss_fn)
+    raise ValueError(
+        f"loss_fn={loss_fn!r} is not valid; choose one of: {', '.join(API_LOSSES)}, "
+        f"or an rlvr surrogate: {', '.join(SURROGATES.names())} (or module:function)"
+    )
+
+
+def surrogate_params(loss_fn: str, config: dict[str, Any] | None) -> Params:
+    """The rlvr `Params` of `loss_fn` under `config`; unknown keys and bad values refused."""
+    spec = loss_spec(loss_fn)
+    config = dict(config or {})
+    unknown = sorted(set(config) - set(spec.config))
+    if unknown:
+        raise ValueError(
+            f"loss_fn_config key {unknown[0]!r} is not valid for loss_fn={loss_fn!r}; "
+            f"valid: {', '.join(spec.config) or 'none'}"
+        )
+    for key, value in config.items():
+        if not is_finite_number(value):
+            raise ValueError(f"loss_fn_config[{key!r}]={value!r} must be a finite number")
+    values = {**spec.config, **config}
+    if loss_fn in ("ppo", "cispo"):
+        low, high = values["clip_low_threshold"], values["clip_high_threshold"]
+        if not 0 <= low <= 1 <= high:
+            raise ValueError(
+                f"loss_fn_config clip_low_threshold={low!r}, clip_high_threshold={high!r}: "
+                "need 0 <= clip_low_threshold <= 1 <= clip_high_threshold (ratio bounds)"
+            )
+        return Params(clip_low=1.0 - low, clip_high=high - 1.0)
+    return Params(**values)
+
+
+def compute_loss(
+    loss_fn: str, logprobs: torch.Tensor, batch: Batch, params: Params
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss to differentiate, the loss's reported value), both Σ over every position.
+
+    `logprobs` (B, N) are log π(target_tokens) with gradient, 0 on padding. The two agree
+    except for importance_sampling, whose reported value is the remote API's −Σ ρ·Â while
+    the backward runs on rlvr's `reinforce` −Σ sg(ρ)·Â·logπ: same gradient, ρ·Â·∇logπ.
+    """
+    mask = batch.mask.to(logprobs.device)
+    inputs = {k: v.to(logprobs.device) for k, v in batch.inputs.items()}
+    if loss_fn == "cross_entropy":
+        loss = aggregate(-logprobs, inputs["weights"] * mask)
+        return loss, loss.detach()
+    advantages = inputs["advantages"] * mask  # (B, N)
+    ratio = token_ratio(logprobs, inputs["logprobs"], mask)  # (B, N) ρ = π/π_sampler
+    surrogate: Callable = SURROGATES.get(loss_spec(loss_fn).surrogate).fn
+    loss = aggregate(surrogate(ratio, advantages, logprobs, params).loss, mask)
+    if loss_fn == "importance_sampling":
+        return loss, aggregate(-ratio.detach() * advantages, mask)
+    return loss, loss.detach()

@@ -1,0 +1,138 @@
+"""`SamplingClient`: samples continuations with rlvr's HF engine and scores sequences.
+
+A sampling client made by `TrainingClient.save_weights_and_get_sampling_client` shares the
+trainer's module (no copy of the weights), so it samples from the weights as they were
+when it was made only until the next `optim_step` or `load_state`. The remote APIs keep a
+snapshot; here a stale client refuses to sample (`StaleWeightsError`) instead of silently
+sampling from newer weights: call `save_weights_and_get_sampling_client` again after each
+step. A client made by `ServiceClient.create_sampling_client(path)` owns its weights and
+never goes stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from rlvr.models.tokenizer import Tokenizer
+from rlvr.rollout.base import SamplingParams as EngineParams
+from rlvr.rollout.hf_engine import HFEngine
+from rlvr.service.types import ModelInput, SampledSequence, SampleResponse, SamplingParams
+
+
+class StaleWeightsError(RuntimeError):
+    """A sampling client was used after the training client's weights moved on."""
+
+
+class SamplingClient:
+    """Samples from a policy module; `staleness()` says why it may not (None: it may)."""
+
+    def __init__(
+        self,
+        engine: HFEngine,
+        logprobs_of: Callable[[ModelInput], list[float | None]],
+        seed: int = 0,
+        staleness: Callable[[], str | None] = lambda: None,
+    ) -> None:
+        self.engine = engine
+        self._logprobs_of = logprobs_of
+        self._staleness = staleness
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def get_tokenizer(self) -> Tokenizer:
+        return self.engine.tokenizer
+
+    def sample(
+        self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams
+    ) -> SampleResponse:
+        """`num_samples` continuations of `prompt`, each with its tokens (EOS or the stop
+        token included) and their sampler log-probs."""
+        self._check_fresh()
+        params = _engine_params(num_samples, sampling_params)
+        generator = self.generator
+        if sampling_params.seed is not None:
+            generator = torch.Generator().manual_seed(int(sampling_params.seed))
+        tokens = _prompt_tokens(prompt, self.engine.tokenizer.vocab_size)
+        gen = self.engine.generate_ids([tokens], params, generator)
+        sequences = []
+        for row in range(len(gen.texts)):
+            n = int(gen.response_mask[row].sum())
+            seq = SampledSequence(
+                tokens=gen.response_ids[row, :n].tolist(),
+                logprobs=gen.sampler_logprobs[row, :n].tolist(),
+                stop_reason="length" if bool(gen.truncated[row]) else "stop",
+            )
+            sequences.append(_apply_stop(seq, sampling_params.stop, self.engine.tokenizer))
+        return SampleResponse(sequences)
+
+    async def sample_async(
+        self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams
+    ) -> SampleResponse:
+        return self.sample(prompt, num_samples, sampling_params)
+
+    def compute_logprobs(self, prompt: ModelInput) -> list[float | None]:
+        """log π(token_i | tokens_<i) of each token of `prompt`; None for the first."""
+        self._check_fresh()
+        _prompt_tokens(prompt, self.engine.tokenizer.vocab_size)
+        return self._logprobs_of(prompt)
+
+    async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
+        return self.compute_logprobs(prompt)
+
+    def _check_fresh(self) -> None:
+        reason = self._staleness()
+        if reason:
+            raise StaleWeightsError(reason)
+
+
+def _engine_params(num_samples: int, params: SamplingParams) -> EngineParams:
+    for name, value in (("num_samples", num_samples), ("max_tokens", params.max_tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r} is not valid; it must be an integer >= 1")
+    return EngineParams(
+        group_size=num_samples,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        max_new_tokens=params.max_tokens,
+    )
+
+
+def _prompt_tokens(prompt: ModelInput, vocab_size: int) -> list[int]:
+    if not isinstance(prompt, ModelInput):
+        raise ValueError(
+            f"prompt must be a ModelInput (ModelInput.from_ints(tokens)), got {prompt!r:.60}"
+        )
+    tokens = prompt.to_ints()
+    if not tokens:
+        raise ValueError("prompt is empty; it needs at least one token")
+    bad = [t for t in tokens if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"prompt token {bad[0]} is outside the vocabulary [0, {vocab_size})")
+    return tokens
+
+
+def _apply_stop(
+    seq: SampledSequence, stop: Sequence[int] | Sequence[str] | None, tokenizer: Tokenizer
+) -> SampledSequence:
+    """The sequence cut after its first stop token or the token that completes a stop
+    string. Sampling is causal, so the kept tokens and log-probs are those a sampler that
+    stopped there would have drawn."""
+    if not stop:
+        return seq
+    if isinstance(stop, str) or not all(isinstance(s, int | str) for s in stop):
+        raise ValueError(f"SamplingParams.stop={stop!r} must be a list of token ids or of strings")
+    ends = [
+        k + 1
+        for k in range(len(seq.tokens))
+        if any(
+            seq.tokens[k] == s
+            if isinstance(s, int)
+            else s in tokenizer.decode(seq.tokens[: k + 1], skip_special=False)
+            for s in stop
+        )
+    ]
+    if not ends:
+        return seq
+    end = ends[0]
+    return SampledSequence(seq.tokens[:end], seq.logprobs[:end], "stop")

@@ -1,0 +1,177 @@
+"""The data types of the local training service, shaped like the remote training APIs'
+(Tinker / PyTRIO): a `Datum` is one sequence with everything its loss needs; results come
+back as futures with `.result()`.
+
+Locally every call runs to completion before it returns, so a future is a completed
+value; `*_async` methods exist so a script written for the remote API runs unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import torch
+
+T = TypeVar("T")
+
+
+class APIFuture(Generic[T]):
+    """A result that is already there: `.result()` and `await .result_async()` return it."""
+
+    def __init__(self, value: T) -> None:
+        self._value = value
+
+    def result(self, timeout: float | None = None) -> T:
+        return self._value
+
+    async def result_async(self, timeout: float | None = None) -> T:
+        return self._value
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """A token sequence given to the model."""
+
+    tokens: tuple[int, ...]
+
+    @classmethod
+    def from_ints(cls, tokens: Sequence[int]) -> ModelInput:
+        return cls(tuple(int(t) for t in tokens))
+
+    @classmethod
+    def empty(cls) -> ModelInput:
+        return cls(())
+
+    def to_ints(self) -> list[int]:
+        return list(self.tokens)
+
+    def append_int(self, token: int) -> ModelInput:
+        return ModelInput((*self.tokens, int(token)))
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+
+class TensorData:
+    """A 1-D array of a `Datum`'s `loss_fn_inputs` (lists and tensors are accepted too)."""
+
+    def __init__(self, data: torch.Tensor) -> None:
+        self.data = data
+
+    @classmethod
+    def from_torch(cls, tensor: torch.Tensor) -> TensorData:
+        return cls(tensor.detach().cpu())
+
+    @classmethod
+    def from_numpy(cls, array: np.ndarray) -> TensorData:
+        return cls(torch.from_numpy(np.asarray(array)))
+
+    def to_torch(self) -> torch.Tensor:
+        return self.data
+
+    def to_numpy(self) -> np.ndarray:
+        return self.data.numpy()
+
+    def tolist(self) -> list:
+        return self.data.tolist()
+
+
+@dataclass
+class Datum:
+    """One training sequence: position i of `model_input` predicts entry i of every
+    `loss_fn_inputs` array (`target_tokens[i]` is the token that follows position i)."""
+
+    model_input: ModelInput
+    loss_fn_inputs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AdamParams:
+    """One Adam(W) step's hyper-parameters (torch.optim.AdamW)."""
+
+    learning_rate: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-12
+    weight_decay: float = 0.0
+    """Decoupled weight decay (AdamW); 0: plain Adam."""
+    grad_clip_norm: float = 0.0
+    """Clip the gradient's global norm to this before the step; 0: no clipping."""
+
+    def __post_init__(self) -> None:
+        checks = {
+            "learning_rate": self.learning_rate >= 0,
+            "beta1": 0 <= self.beta1 < 1,
+            "beta2": 0 <= self.beta2 < 1,
+            "eps": self.eps > 0,
+            "weight_decay": self.weight_decay >= 0,
+            "grad_clip_norm": self.grad_clip_norm >= 0,
+        }
+        valid = {
+            "learning_rate": ">= 0",
+            "beta1": "in [0, 1)",
+            "beta2": "in [0, 1)",
+            "eps": "> 0",
+            "weight_decay": ">= 0",
+            "grad_clip_norm": ">= 0 (0: no clipping)",
+        }
+        for name, ok in checks.items():
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and ok):
+                raise ValueError(
+                    f"AdamParams.{name}={value!r} is not valid; it must be {valid[name]}"
+                )
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How `SamplingClient.sample` draws: the remote API's fields, rlvr's engine semantics."""
+
+    max_tokens: int = 16
+    """Tokens to generate at most per sequence (EOS included)."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: Sequence[int] | Sequence[str] | None = None
+    """Token ids or strings that end a sequence (besides EOS); the stop token is kept."""
+    seed: int | None = None
+    """Seeds this call's sampling; None: the sampling client's own generator."""
+
+
+@dataclass
+class SampledSequence:
+    """One sampled continuation: its tokens and their log-probs under the distribution
+    drawn from (softmax(logits / temperature), cut to the top-p nucleus)."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    stop_reason: str
+    """'stop' (EOS or a stop sequence ended it) or 'length' (max_tokens)."""
+
+
+@dataclass
+class SampleResponse:
+    sequences: list[SampledSequence]
+
+
+@dataclass
+class ForwardBackwardOutput:
+    """`loss_fn_outputs[i]['logprobs']`: log π(target_tokens) of datum i, one per
+    position (float32, no gradient); `metrics['loss:sum']`: the summed loss."""
+
+    loss_fn_outputs: list[dict[str, TensorData]]
+    metrics: dict[str, float]
+
+
+@dataclass
+class OptimStepResponse:
+    metrics: dict[str, float]
+
+
+@dataclass
+class SaveWeightsResponse:
+    path: str
