@@ -1,0 +1,168 @@
+"""Sampling returns the engine's own tokens and log-probs, and the trainer scores them the
+same (on-policy ratio 1); a LoRA client trains adapters only; state saves and loads; a
+mistake in a loop is one line that names the field, the value and what is valid."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlvr.rollout.base import SamplingParams as EngineParams
+from rlvr.rollout.hf_engine import HFEngine
+from rlvr.service import (
+    AdamParams,
+    Datum,
+    ModelInput,
+    SamplingParams,
+    StaleWeightsError,
+    tokens_of,
+)
+
+PROMPT = "Q: 37+85=? A:"
+
+
+@pytest.fixture(scope="module")
+def trainer(service):
+    return service.create_training_client("embedded:arithmetic")
+
+
+def sft_datum(tokenizer, text=PROMPT + " \\boxed{122}"):
+    ids = [*tokenizer.encode(text), tokenizer.eos_token_id]
+    return Datum(
+        ModelInput.from_ints(ids[:-1]),
+        {"target_tokens": ids[1:], "weights": [1.0] * (len(ids) - 1)},
+    )
+
+
+def test_sample_is_the_engines_and_scores_as_sampled(trainer):
+    tokenizer = trainer.get_tokenizer()
+    prompt = tokens_of(tokenizer, PROMPT)
+    sampler = trainer.save_weights_and_get_sampling_client("s")
+    got = sampler.sample(prompt, 4, SamplingParams(max_tokens=14, seed=5)).sequences
+    engine = HFEngine(trainer.model, tokenizer)
+    gen = engine.generate_ids(
+        [prompt.to_ints()],
+        EngineParams(group_size=4, max_new_tokens=14),
+        torch.Generator().manual_seed(5),
+    )
+    for row, seq in enumerate(got):
+        n = int(gen.response_mask[row].sum())
+        assert seq.tokens == gen.response_ids[row, :n].tolist()
+        assert seq.logprobs == gen.sampler_logprobs[row, :n].tolist()
+        assert seq.stop_reason == ("length" if gen.truncated[row] else "stop")
+        full = ModelInput.from_ints(prompt.to_ints() + seq.tokens)
+        scored = sampler.compute_logprobs(full)
+        assert scored[0] is None and len(scored) == full.length
+        torch.testing.assert_close(
+            torch.tensor(scored[prompt.length :]), torch.tensor(seq.logprobs), rtol=0, atol=1e-5
+        )
+
+
+def test_stop_tokens_cut_the_sequence_after_the_first_stop(trainer):
+    tokenizer = trainer.get_tokenizer()
+    prompt = tokens_of(tokenizer, PROMPT)
+    sampler = trainer.save_weights_and_get_sampling_client("s")
+    plain = sampler.sample(prompt, 2, SamplingParams(max_tokens=14, seed=1)).sequences
+    brace = tokenizer.encode("{")[0]
+    cut = sampler.sample(prompt, 2, SamplingParams(max_tokens=14, seed=1, stop=[brace])).sequences
+    for full, short in zip(plain, cut, strict=True):
+        end = full.tokens.index(brace) + 1  # " \boxed{" is 8 tokens: the stop token is kept
+        assert short.tokens == full.tokens[:end] and short.logprobs == full.logprobs[:end]
+        assert short.stop_reason == "stop"
+    by_text = sampler.sample(prompt, 2, SamplingParams(max_tokens=14, seed=1, stop=["{"])).sequences
+    assert [s.tokens for s in by_text] == [s.tokens for s in cut]
+
+
+def test_stale_sampler_refuses_and_a_fresh_one_samples(service):
+    trainer = service.create_training_client("embedded:arithmetic")
+    prompt = tokens_of(trainer.get_tokenizer(), PROMPT)
+    sampler = trainer.save_weights_and_get_sampling_client("step-0")
+    trainer.forward_backward([sft_datum(trainer.get_tokenizer())], "cross_entropy")
+    sampler.sample(prompt, 1, SamplingParams(max_tokens=4))  # gradients alone change nothing
+    trainer.optim_step(AdamParams(learning_rate=1e-3))
+    with pytest.raises(StaleWeightsError, match=r"'step-0'.*step 0.*step 1.*save_weights_and_get"):
+        sampler.sample(prompt, 1, SamplingParams(max_tokens=4))
+    fresh = trainer.save_weights_and_get_sampling_client("step-1")
+    assert len(fresh.sample(prompt, 2, SamplingParams(max_tokens=4)).sequences) == 2
+
+
+def test_lora_client_trains_adapters_only(service):
+    trainer = service.create_lora_training_client("embedded:arithmetic", rank=4)
+    names = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert names and all("lora_" in n for n in names)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    out = trainer.forward_backward([sft_datum(trainer.get_tokenizer())], "cross_entropy").result()
+    assert out.metrics["loss:sum"] > 0
+    trainer.optim_step(AdamParams(learning_rate=1e-2)).result()
+    changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and changed <= names
+
+
+def test_save_and_load_state_restore_weights_and_optimizer(service, tmp_path):
+    trainer = service.create_training_client("embedded:arithmetic")
+    datum = sft_datum(trainer.get_tokenizer())
+    trainer.forward_backward([datum], "cross_entropy")
+    trainer.optim_step(AdamParams(learning_rate=1e-3))
+    path = trainer.save_state(str(tmp_path / "ckpt")).result().path
+    trainer.forward_backward([datum], "cross_entropy")
+    trainer.optim_step(AdamParams(learning_rate=1e-3))
+    after_two = [p.detach().clone() for p in trainer.model.parameters()]
+    other = service.create_training_client("embedded:arithmetic")
+    other.load_state(path)
+    assert other.step == 1
+    other.forward_backward([datum], "cross_entropy")
+    other.optim_step(AdamParams(learning_rate=1e-3))
+    for a, b in zip(other.model.parameters(), after_two, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+def policy_datum(**overrides):
+    inputs = {"target_tokens": [5, 6, 7], "logprobs": [0.0, -1.0, -1.0], "advantages": [0, 1, 1]}
+    return Datum(ModelInput.from_ints([4, 5, 6]), {**inputs, **overrides})
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda t: t.forward([policy_datum(advantages=[0, 1])], "ppo"),
+            r"datum 0: loss_fn_inputs\['advantages'\] has 2 values but model_input has 3 tokens",
+        ),
+        (
+            lambda t: t.forward([policy_datum(target_tokens=[5, 6, 500])], "ppo"),
+            r"loss_fn_inputs\['target_tokens'\] holds token 500, outside the vocabulary \[0, 98\)",
+        ),
+        (
+            lambda t: t.forward([policy_datum()], "grpo"),
+            r"loss_fn='grpo' is not valid; choose one of: cross_entropy, importance_sampling, "
+            r"ppo, cispo, or an rlvr surrogate: clip",
+        ),
+        (
+            lambda t: t.forward([policy_datum()], "ppo", {"clip_ratio": 0.2}),
+            r"loss_fn_config key 'clip_ratio' is not valid for loss_fn='ppo'; "
+            r"valid: clip_low_threshold, clip_high_threshold",
+        ),
+        (
+            lambda t: t.forward([policy_datum()], "cross_entropy"),
+            r"datum 0: loss_fn='cross_entropy' takes loss_fn_inputs \['target_tokens', 'weights'\]; "
+            r"missing \['weights'\]",
+        ),
+        (
+            lambda t: t.forward([policy_datum(advantages=[0, float("nan"), 1])], "ppo"),
+            r"loss_fn_inputs\['advantages'\] holds nan; every value must be a finite number",
+        ),
+        (
+            lambda t: t.optim_step(AdamParams(learning_rate=-1.0)),
+            r"AdamParams.learning_rate=-1.0 is not valid; it must be >= 0",
+        ),
+    ],
+)
+def test_errors_are_one_line(trainer, call, message):
+    with pytest.raises(ValueError, match=message) as info:
+        call(trainer)
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_embedded_task_is_named(service):
+    with pytest.raises(ValueError, match=r"base_model='embedded:algebra': unknown task 'algebra'"):
+        service.create_training_client("embedded:algebra")
