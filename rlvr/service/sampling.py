@@ -18,7 +18,13 @@ import torch
 from rlvr.models.tokenizer import Tokenizer
 from rlvr.rollout.base import SamplingParams as EngineParams
 from rlvr.rollout.hf_engine import HFEngine
-from rlvr.service.types import ModelInput, SampledSequence, SampleResponse, SamplingParams
+from rlvr.service.types import (
+    APIFuture,
+    ModelInput,
+    SampledSequence,
+    SampleResponse,
+    SamplingParams,
+)
 
 
 class StaleWeightsError(RuntimeError):
@@ -45,7 +51,7 @@ class SamplingClient:
 
     def sample(
         self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams
-    ) -> SampleResponse:
+    ) -> APIFuture[SampleResponse]:
         """`num_samples` continuations of `prompt`, each with its tokens (EOS or the stop
         token included) and their sampler log-probs."""
         self._check_fresh()
@@ -64,21 +70,21 @@ class SamplingClient:
                 stop_reason="length" if bool(gen.truncated[row]) else "stop",
             )
             sequences.append(_apply_stop(seq, sampling_params.stop, self.engine.tokenizer))
-        return SampleResponse(sequences)
+        return APIFuture(SampleResponse(sequences))
 
     async def sample_async(
         self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams
     ) -> SampleResponse:
-        return self.sample(prompt, num_samples, sampling_params)
+        return self.sample(prompt, num_samples, sampling_params).result()
 
-    def compute_logprobs(self, prompt: ModelInput) -> list[float | None]:
+    def compute_logprobs(self, prompt: ModelInput) -> APIFuture[list[float | None]]:
         """log π(token_i | tokens_<i) of each token of `prompt`; None for the first."""
         self._check_fresh()
         _prompt_tokens(prompt, self.engine.tokenizer.vocab_size)
-        return self._logprobs_of(prompt)
+        return APIFuture(self._logprobs_of(prompt))
 
     async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
-        return self.compute_logprobs(prompt)
+        return self.compute_logprobs(prompt).result()
 
     def _check_fresh(self) -> None:
         reason = self._staleness()

@@ -38,7 +38,7 @@ def test_sample_is_the_engines_and_scores_as_sampled(trainer):
     tokenizer = trainer.get_tokenizer()
     prompt = tokens_of(tokenizer, PROMPT)
     sampler = trainer.save_weights_and_get_sampling_client("s")
-    got = sampler.sample(prompt, 4, SamplingParams(max_tokens=14, seed=5)).sequences
+    got = sampler.sample(prompt, 4, SamplingParams(max_tokens=14, seed=5)).result().sequences
     engine = HFEngine(trainer.model, tokenizer)
     gen = engine.generate_ids(
         [prompt.to_ints()],
@@ -51,7 +51,7 @@ def test_sample_is_the_engines_and_scores_as_sampled(trainer):
         assert seq.logprobs == gen.sampler_logprobs[row, :n].tolist()
         assert seq.stop_reason == ("length" if gen.truncated[row] else "stop")
         full = ModelInput.from_ints(prompt.to_ints() + seq.tokens)
-        scored = sampler.compute_logprobs(full)
+        scored = sampler.compute_logprobs(full).result()
         assert scored[0] is None and len(scored) == full.length
         torch.testing.assert_close(
             torch.tensor(scored[prompt.length :]), torch.tensor(seq.logprobs), rtol=0, atol=1e-5
@@ -62,14 +62,22 @@ def test_stop_tokens_cut_the_sequence_after_the_first_stop(trainer):
     tokenizer = trainer.get_tokenizer()
     prompt = tokens_of(tokenizer, PROMPT)
     sampler = trainer.save_weights_and_get_sampling_client("s")
-    plain = sampler.sample(prompt, 2, SamplingParams(max_tokens=14, seed=1)).sequences
+    plain = sampler.sample(prompt, 2, SamplingParams(max_tokens=14, seed=1)).result().sequences
     brace = tokenizer.encode("{")[0]
-    cut = sampler.sample(prompt, 2, SamplingParams(max_tokens=14, seed=1, stop=[brace])).sequences
+    cut = (
+        sampler.sample(prompt, 2, SamplingParams(max_tokens=14, seed=1, stop=[brace]))
+        .result()
+        .sequences
+    )
     for full, short in zip(plain, cut, strict=True):
         end = full.tokens.index(brace) + 1  # " \boxed{" is 8 tokens: the stop token is kept
         assert short.tokens == full.tokens[:end] and short.logprobs == full.logprobs[:end]
         assert short.stop_reason == "stop"
-    by_text = sampler.sample(prompt, 2, SamplingParams(max_tokens=14, seed=1, stop=["{"])).sequences
+    by_text = (
+        sampler.sample(prompt, 2, SamplingParams(max_tokens=14, seed=1, stop=["{"]))
+        .result()
+        .sequences
+    )
     assert [s.tokens for s in by_text] == [s.tokens for s in cut]
 
 
@@ -83,7 +91,7 @@ def test_stale_sampler_refuses_and_a_fresh_one_samples(service):
     with pytest.raises(StaleWeightsError, match=r"'step-0'.*step 0.*step 1.*save_weights_and_get"):
         sampler.sample(prompt, 1, SamplingParams(max_tokens=4))
     fresh = trainer.save_weights_and_get_sampling_client("step-1")
-    assert len(fresh.sample(prompt, 2, SamplingParams(max_tokens=4)).sequences) == 2
+    assert len(fresh.sample(prompt, 2, SamplingParams(max_tokens=4)).result().sequences) == 2
 
 
 def test_lora_client_trains_adapters_only(service):

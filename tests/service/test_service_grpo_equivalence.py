@@ -48,7 +48,7 @@ def sampled_batch(trainer):
     rows = []  # (prompt ids, sampled sequence, reward, group id)
     for g, problem in enumerate(problems):
         prompt = tokens_of(trainer.get_tokenizer(), problem.prompt)
-        for seq in sampler.sample(prompt, GROUP, params).sequences:
+        for seq in sampler.sample(prompt, GROUP, params).result().sequences:
             text = trainer.get_tokenizer().decode(seq.tokens)
             reward = float(task.verify(problem, text).correct)
             rows.append((prompt.to_ints(), seq, reward, g))
