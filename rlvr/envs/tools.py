@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import time
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -106,9 +107,12 @@ class ToolEnvironment(Environment):
         if opening < 0:
             return Reply(self._wrap(f"error: </{name}> without <{name}>"), invalid_call=True)
         argument = turn[opening + len(name) + 2 : -(len(name) + 3)]
+        started = time.perf_counter()
         try:
             result = call_tool(self.tools[name], argument, self.timeout_s)
         except VerifierTimeout:
+            if time.perf_counter() - started < self.timeout_s:
+                raise  # the episode's own limit (env_timeout_s) ran out first: not the tool's
             text = f"error: {name} timed out after {self.timeout_s:g}s"
             return Reply(self._wrap(text), tool_call=True, tool_error="timeout")
         except Exception as error:  # the tool's failure is an observation, not a crash

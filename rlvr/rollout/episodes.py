@@ -32,6 +32,7 @@ from rlvr.checks import is_number
 from rlvr.envs.base import Environment, Reply
 from rlvr.envs.budgets import EpisodeBudgets
 from rlvr.rollout.base import Generation, RolloutEngine, SamplingParams, encode_prompts
+from rlvr.rollout.stops import stop_end
 from rlvr.verify.timeout import VerifierTimeout, alarm_usable, call_with_timeout
 
 
@@ -55,13 +56,17 @@ class EpisodeRecord:
 @dataclass
 class _Episode:
     prompt: list[int]
-    env: Environment
+    env: Environment | None  # None: it failed to start
     ids: list[int]
     logprobs: list[float]
     forced: list[float]
     record: EpisodeRecord
     done: bool = False
     truncated: bool = False
+
+    @property
+    def env_failed_to_start(self) -> bool:
+        return self.env is None
 
 
 def run_episodes(
@@ -78,28 +83,53 @@ def run_episodes(
     `engine.generate_ids` orders them."""
     group = params.group_size
     episodes = [
-        _Episode(p, environments(i), [], [], [], EpisodeRecord())
+        _start(p, environments, i, budgets.env_timeout_s)
         for i, p in enumerate(prompts)
         for _ in range(group)
     ]
-    stops = _stop_ids(tokenizer, episodes)
     for turn in range(budgets.max_turns):
         live = [e for e in episodes if not e.done]
         if not live:
             break
         room = max(_room(e, params, budgets) for e in live)
-        if turn == 0:  # one prefill per prompt, forked into its group
+        if turn == 0:  # one prefill per prompt, forked into its group: row r is episode r
             gen = engine.generate_ids(prompts, replace(params, max_new_tokens=room), generator)
+            rows = [r for r, e in enumerate(episodes) if not e.done]
         else:
             contexts = [e.prompt + e.ids for e in live]
             step = replace(params, group_size=1, max_new_tokens=room)
             gen = engine.generate_ids(contexts, step, generator)
-        for row, episode in enumerate(live):
-            _take_turn(episode, gen, row, tokenizer, stops, params, budgets)
+            rows = list(range(len(live)))
+        for row, episode in zip(rows, live, strict=True):
+            _take_turn(episode, gen, row, tokenizer, params, budgets)
     for episode in episodes:
         if not episode.done:
             episode.done, episode.record.ended_by = True, "max_turns"
     return _package(episodes, prompts, group, tokenizer)
+
+
+def _start(prompt, environments, i: int, timeout_s: float) -> _Episode:
+    """An episode of prompt `i` with its environment made and reset under the same time
+    limit and guard as `step`: one that fails to start ends at once, flagged."""
+    episode = _Episode(prompt, None, [], [], [], EpisodeRecord())
+    started = time.perf_counter()
+    try:
+        episode.env = call_with_timeout(environments, (i,), timeout_s, _mode())
+    except VerifierTimeout:
+        episode.record.env_failed = f"timeout: starting the environment ran past {timeout_s:g}s"
+    except Exception as error:  # a broken environment costs the sample, not the run
+        episode.record.env_failed = (
+            f"error: starting the environment: {type(error).__name__}: {error}"
+        )
+    episode.record.env_seconds += time.perf_counter() - started
+    if episode.env_failed_to_start:
+        episode.done, episode.record.ended_by = True, "env_failed"
+    return episode
+
+
+def _mode() -> str:
+    """Environments are in-process objects: an alarm on the main thread, else a thread."""
+    return "alarm" if alarm_usable() else "thread"
 
 
 def _room(episode: _Episode, params: SamplingParams, budgets: EpisodeBudgets) -> int:
@@ -108,32 +138,29 @@ def _room(episode: _Episode, params: SamplingParams, budgets: EpisodeBudgets) ->
     return max(1, min(left, budgets.max_turn_tokens or left))
 
 
-def _stop_ids(tokenizer, episodes: list[_Episode]) -> dict[str, list[int]]:
-    strings = {s for e in episodes for s in e.env.stop}
-    return {s: tokenizer.encode(s) for s in sorted(strings)}
+def turn_text(ids: list[int], env: Environment, tokenizer) -> tuple[int | None, str]:
+    """(tokens of the turn up to the earliest of `env`'s stop strings, or None; the text the
+    environment hears). The token completing a stop string may run past it (a BPE token
+    such as '>='): the tokens stay as sampled, and the text ends with the stop string."""
+    decode = lambda part: tokenizer.decode(part, skip_special=False)  # noqa: E731
+    end = stop_end(ids, env.stop, decode)
+    if end is None:
+        return None, tokenizer.decode(ids, skip_special=True)
+    text = decode(ids[:end])  # special tokens kept: a stop string may be one
+    found = [(text.find(s) + len(s), s) for s in env.stop if s in text]
+    return end, text[: min(found)[0]] if found else text
 
 
-def _turn_end(ids: list[int], stops: dict[str, list[int]], env: Environment) -> int | None:
-    """Length of the turn up to and including the earliest of `env`'s stop strings."""
-    best = None
-    for string in env.stop:
-        pattern = stops[string]
-        for end in range(len(pattern), len(ids) + 1):
-            if ids[end - len(pattern) : end] == pattern:
-                best = end if best is None else min(best, end)
-                break
-    return best
-
-
-def _take_turn(episode, gen, row, tokenizer, stops, params, budgets) -> None:
+def _take_turn(episode, gen, row, tokenizer, params, budgets) -> None:
     """Append row `row` of `gen` as the episode's next turn, cut at a stop string or the
     episode's own room, then let the environment answer."""
     record = episode.record
     n = int(gen.response_mask[row].sum())
     ids = gen.response_ids[row, :n].tolist()
-    cut = _turn_end(ids, stops, episode.env)
+    cut, heard = turn_text(ids, episode.env, tokenizer)
     room = _room(episode, params, budgets)
-    length = min(cut or n, room)
+    stopped = cut is not None and cut <= room  # the turn reached a stop string
+    length = cut if stopped else min(n, room)
     eos = length == n and not bool(gen.truncated[row]) and cut is None
     episode.ids += ids[:length]
     episode.logprobs += gen.sampler_logprobs[row, :length].tolist()
@@ -148,11 +175,11 @@ def _take_turn(episode, gen, row, tokenizer, stops, params, budgets) -> None:
     if record.turns >= budgets.max_turns:  # no turn follows: nothing to answer
         episode.done, record.ended_by = True, "max_turns"
         return
-    turn_text = tokenizer.decode(ids[:length], skip_special=True)
-    if cut is not None and record.tool_calls >= budgets.max_tool_calls:
+    said = heard if stopped else tokenizer.decode(ids[:length], skip_special=True)
+    if stopped and record.tool_calls >= budgets.max_tool_calls:
         episode.done, record.ended_by = True, "max_tool_calls"
         return
-    reply = _ask(episode, turn_text, budgets.env_timeout_s)
+    reply = _ask(episode, said, budgets.env_timeout_s)
     if reply is None:
         episode.done, record.ended_by = True, "env_failed"
         return
@@ -173,9 +200,8 @@ def _ask(episode: _Episode, turn: str, timeout_s: float) -> Reply | None:
     """The environment's reply, or None (recorded) when it raised, hung or answered
     something that is not a `Reply`."""
     started = time.perf_counter()
-    mode = "alarm" if alarm_usable() else "thread"
     try:
-        reply = call_with_timeout(episode.env.step, (turn,), timeout_s, mode)
+        reply = call_with_timeout(episode.env.step, (turn,), timeout_s, _mode())
     except VerifierTimeout:
         episode.record.env_failed = f"timeout: step ran past {timeout_s:g}s"
         return None

@@ -18,6 +18,7 @@ import torch
 from rlvr.models.tokenizer import Tokenizer
 from rlvr.rollout.base import SamplingParams as EngineParams
 from rlvr.rollout.hf_engine import HFEngine
+from rlvr.rollout.stops import stop_end
 from rlvr.service.types import (
     APIFuture,
     ModelInput,
@@ -128,17 +129,12 @@ def _apply_stop(
         return seq
     if isinstance(stop, str) or not all(isinstance(s, int | str) for s in stop):
         raise ValueError(f"SamplingParams.stop={stop!r} must be a list of token ids or of strings")
-    ends = [
-        k + 1
-        for k in range(len(seq.tokens))
-        if any(
-            seq.tokens[k] == s
-            if isinstance(s, int)
-            else s in tokenizer.decode(seq.tokens[: k + 1], skip_special=False)
-            for s in stop
-        )
-    ]
+    ids = [s for s in stop if isinstance(s, int)]
+    strings = [s for s in stop if isinstance(s, str)]
+    by_id = next((k + 1 for k, t in enumerate(seq.tokens) if t in ids), None)
+    decode = lambda part: tokenizer.decode(part, skip_special=False)  # noqa: E731
+    ends = [e for e in (by_id, stop_end(seq.tokens, strings, decode)) if e is not None]
     if not ends:
         return seq
-    end = ends[0]
+    end = min(ends)
     return SampledSequence(seq.tokens[:end], seq.logprobs[:end], "stop")

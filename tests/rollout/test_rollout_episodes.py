@@ -186,3 +186,77 @@ def test_per_turn_reward_parts_are_summed_for_the_record():
     gen, _ = _run(lambda c, k: "x", lambda i: Scoring(), EpisodeBudgets(max_turns=3))
     # three turns, two answered (the last turn gets no reply): 2 × 0.25
     assert gen.episodes[0].turn_reward == 0.5 and gen.episodes[0].turns == 3
+
+
+def test_an_environment_that_fails_to_start_costs_its_episode_only():
+    class BadReset(Environment):
+        def reset(self, problem):
+            raise RuntimeError("reset blew up")
+
+        def step(self, turn):
+            return Reply("ok")
+
+    def make(i):  # prompt 0's environment fails to start, prompt 1's works
+        env = BadReset() if i == 0 else _calculator(i)
+        env.reset(None)
+        return env
+
+    gen, engine = _run(_tool_user, make, group_size=2, prompts=("A:", "B:"))
+    failed = [e.env_failed for e in gen.episodes]
+    assert failed[:2] == ["error: starting the environment: RuntimeError: reset blew up"] * 2
+    assert (
+        failed[2:] == [None, None] and [e.ended_by for e in gen.episodes[:2]] == ["env_failed"] * 2
+    )
+    assert gen.texts[2:] == ["<calc>6*7</calc>=42 \\boxed{42}"] * 2  # prompt 1 played on
+    assert gen.response_mask[:2].sum() == 0  # nothing sampled for a failed start is kept
+    assert engine.calls[1] == ["B:<calc>6*7</calc>=42"] * 2
+
+
+def test_a_stop_string_merged_into_a_bpe_token_still_ends_the_turn():
+    """Byte-level BPE merges ')</' into one token, so the ids of '</calc>' alone never
+    occur in the turn; the stop is found on the text."""
+    from hf_testlib import build_tokenizer
+
+    from rlvr.models.tokenizer import HFTokenizer
+    from rlvr.rollout.stops import stop_end
+
+    texts = ["<calc>2*(3+4)</calc>=14 and (1+2)</calc> again )</calc>"] * 50
+    tokenizer = HFTokenizer(build_tokenizer(texts))
+    ids = tokenizer.encode(" <calc>2*(3+4)</calc>=14 tail")
+    standalone = tokenizer.encode("</calc>")
+    assert not any(ids[k : k + len(standalone)] == standalone for k in range(len(ids)))
+    end = stop_end(ids, ["</calc>"], lambda part: tokenizer.decode(part, skip_special=False))
+    # The shortest prefix that holds the tag (its last token may run past it: '>=').
+    assert "</calc>" in tokenizer.decode(ids[:end])
+    assert "</calc>" not in tokenizer.decode(ids[: end - 1])
+
+
+def test_the_environment_sees_the_turn_up_to_its_stop_string():
+    """When the token that completes a tool call's tag runs past it (BPE's '>='), the
+    environment still hears the call ending with the tag; the sampled tokens are kept."""
+    from hf_testlib import build_tokenizer
+
+    from rlvr.models.tokenizer import HFTokenizer
+    from rlvr.rollout.episodes import turn_text
+
+    texts = ["<calc>2*(3+4)</calc>=14 and (1+2)</calc> again )</calc>"] * 50
+    tokenizer = HFTokenizer(build_tokenizer(texts))
+    env = _calculator(0)
+    ids = tokenizer.encode(" <calc>2*(3+4)</calc>=14 tail")
+    length, text = turn_text(ids, env, tokenizer)
+    assert text == " <calc>2*(3+4)</calc>" and env.step(text).observation == "=14"
+    assert tokenizer.decode(ids[:length]).startswith(text)
+
+
+def test_the_episodes_time_limit_is_not_reported_as_the_tools():
+    """A tool slower than the episode's env_timeout_s (but within its own 5 s) is an
+    environment failure at the episode's limit, not a tool time-out at the tool's."""
+
+    def slow(expression: str) -> str:
+        time.sleep(3)
+        return "late"
+
+    tools = lambda i: ToolEnvironment({"slow": slow})  # noqa: E731
+    gen, _ = _run(lambda c, k: "<slow>x</slow>", tools, EpisodeBudgets(env_timeout_s=0.5))
+    record = gen.episodes[0]
+    assert record.env_failed == "timeout: step ran past 0.5s" and record.tool_timeouts == 0
