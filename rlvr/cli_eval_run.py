@@ -87,11 +87,11 @@ def run_settings(run: Path, args: argparse.Namespace) -> dict[str, Any]:
         cfg = resolve_config(load_yaml(run / "config.yaml"))
     except ValueError as err:
         raise ValueError(f"--run {run}: its config.yaml does not load: {err}") from None
-    if cfg.environment is not None or cfg.tools:
+    if cfg.environment is not None or cfg.tools or cfg.episode:
         raise ValueError(
-            f"--run {run}: the run's task is multi-turn through its config's environment or "
-            "tools, which rlvr eval does not attach yet; its evaluations during training "
-            "(eval/ in metrics.jsonl) used them"
+            f"--run {run}: the run's episodes are set by its config's environment, tools or "
+            "episode budgets, which rlvr eval does not apply yet; its evaluations during "
+            "training (eval/ in metrics.jsonl) used them"
         )
     same_task = args.task in (None, cfg.task)
     task_options = dict(cfg.task_options) if same_task else {}

@@ -101,7 +101,8 @@ def guarded_call(
         return _failed(count, "timeout", f"{name} timed out after {timeout_s:g}s")
     except Exception as error:  # a user's bug costs the samples, not the run
         return _failed(count, "error", f"{name} raised {type(error).__name__}: {error}")
-    if isinstance(result, str | bytes | dict) or not hasattr(result, "__len__"):
+    unsized = not hasattr(result, "__len__") or getattr(result, "ndim", 1) == 0  # 0-d arrays
+    if isinstance(result, str | bytes | dict) or unsized:
         return _failed(count, "type", f"{name} returned {type(result).__name__}, not a list")
     if len(result) != count:
         return _failed(

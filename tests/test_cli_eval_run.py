@@ -173,3 +173,16 @@ def test_eval_run_prints_metrics(tmp_path, monkeypatch, capsys):
     assert main(["eval", "--run", str(run)]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert metrics == {"eval/items": 2.0, "eval/max_new_tokens": 33.0, "eval/accuracy": 0.5}
+
+
+def test_a_run_whose_episodes_come_from_its_config_is_refused(tmp_path, seen, capsys):
+    # The calculator's own environment evaluates as it trained; changed episode budgets
+    # (or a config's environment or tools) would not be applied, so eval says so.
+    run = tmp_path / "run"
+    cfg = resolve_config({"task": "calculator", "episode": {"max_turns": 6}, "out": str(run)})
+    (run / "checkpoint" / "policy").mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    assert main(["eval", "--run", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "environment, tools or episode budgets" in err and err.count("\n") == 1
+    assert seen == {}

@@ -111,7 +111,7 @@ def collect_rollouts(
         every.append(batch)
         first_round_s = first_round_s or time.perf_counter() - start
         retired += _record_passes(pool, batch)
-        batch = _without_failed_groups(batch, task)
+        batch = without_failed_groups(batch, task)
         if recipe.dynamic_sampling:
             signal = sampling_signal(recipe.dynamic_sampling_key, batch.correct, batch.rewards)
             batch = batch.select(informative_groups(signal, batch.group_ids).nonzero().squeeze(-1))
@@ -161,7 +161,7 @@ class EnvironmentFailed(ValueError):
     """An environment failed and the task's `env_errors` is "stop"."""
 
 
-def _without_failed_groups(rollout: Rollout, task: Task) -> Rollout:
+def without_failed_groups(rollout: Rollout, task: Task) -> Rollout:
     """The prompt groups none of whose rows failed (`_failed_rows`): a group's baseline
     needs all its rewards."""
     failed = _failed_rows(rollout, task)

@@ -26,7 +26,12 @@ from rlvr.models.value import ValueModel
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.interrupt import ForcedInterruption
 from rlvr.tasks import make_task
-from rlvr.train.collect import Collected, collect_rollouts, sample_groups
+from rlvr.train.collect import (
+    Collected,
+    collect_rollouts,
+    sample_groups,
+    without_failed_groups,
+)
 from rlvr.train.config import TrainConfig, check_eval_size
 from rlvr.train.critic import critic_optimizer, critic_update, critic_values
 from rlvr.train.hf_setup import make_engine, prepare_components
@@ -322,6 +327,10 @@ class Trainer:
                 "rollout/generated_tokens": float(rollout.loss_mask.sum()),
                 "time/rollout_s": time.perf_counter() - started,
             }
+            rollout = without_failed_groups(rollout, self.task)  # as the RL steps do
+            if not len(rollout):
+                history.append(cost)
+                continue
             rollout.values = critic_values(
                 self.critic, rollout, self.tokenizer.pad_token_id, self.cfg.micro_batch_size
             )

@@ -25,6 +25,12 @@ def explain(step: int, metrics: dict[str, float], recipe: Any, cfg: Any) -> str:
             f"reward_errors={cfg.reward_errors!r} leaves their groups out (see the warnings "
             f"above and reward/fn/<name>/<kind>)"
         )
+    broken = metrics.get("env/failed_frac", 0.0)
+    if broken:
+        causes.append(
+            f"the environment failed on {broken:.0%} of the episodes and their groups are left "
+            f"out under episode.env_errors='drop' (env/failed_frac)"
+        )
     if recipe.dynamic_sampling:
         key = recipe.dynamic_sampling_key
         causes.append(

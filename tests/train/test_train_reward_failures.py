@@ -13,7 +13,7 @@ import torch
 from rlvr.algo import prepare_batch
 from rlvr.algo.recipes import get_recipe
 from rlvr.rewards import RewardError, RewardModel, parse_reward_funcs
-from rlvr.train.collect import _without_failed_groups
+from rlvr.train.collect import without_failed_groups
 from rlvr.train.rollout_record import Rollout
 
 COLUMNS = {"reference": ["1", "2", "3"], "correct": [True, False, True]}
@@ -115,7 +115,7 @@ def _rollout(group_ids, failed, correct, rewards) -> Rollout:
 def test_drop_leaves_out_the_whole_group_of_a_failed_sample():
     rollout = _rollout([0, 0, 1, 1], [False, True, False, False], [1, 0, 1, 0], [1, 0, 1, 0])
     task = type("T", (), {"reward_model": _model("user_rewards:brevity")})()
-    kept = _without_failed_groups(rollout, task)
+    kept = without_failed_groups(rollout, task)
     assert kept.group_ids.tolist() == [1, 1]  # group 0's baseline would lack a reward
 
 
@@ -205,3 +205,27 @@ def test_reward_settings_without_reward_funcs_are_refused(tmp_path):
 def test_dapo_on_a_user_reward_keyed_on_correctness_is_pointed_out(tmp_path):
     with pytest.warns(UserWarning, match="set dynamic_sampling_key=reward"):
         _local_config(tmp_path, recipe="dapo", reward_funcs=["user_rewards:brevity"])
+
+
+@pytest.mark.parametrize("scalar", [torch.tensor(1.0), pytest.importorskip("numpy").array(0.5)])
+def test_a_zero_dimensional_result_is_a_type_failure_not_a_crash(scalar):
+    from rlvr.reward_guard import guarded_call
+
+    kwargs = {"prompts": ["p", "q"], "completions": ["a", "b"]}
+    result = guarded_call("r", lambda prompts, completions, **_: scalar, kwargs, 2, 5.0, "auto")
+    assert result.values == [None, None]
+    assert [f[0] for f in result.failures] == ["type", "type"]
+
+
+def test_no_update_names_a_failing_environment():
+    from types import SimpleNamespace
+
+    from rlvr.train import no_update
+
+    recipe = get_recipe("grpo")
+    cfg = SimpleNamespace(reward_errors="drop", reward_funcs=[])
+    metrics = {"rollout/generated_responses": 8.0, "env/failed_frac": 0.5}
+    assert no_update.due(5, 50, 5) and not no_update.due(5, 50, 4) and no_update.due(2, 2, 2)
+    text = no_update.explain(5, metrics, recipe, cfg)
+    assert text.startswith("no policy update in the first 5 steps")
+    assert "the environment failed on 50% of the episodes" in text
