@@ -75,8 +75,10 @@ class ServiceClient:
         # Every forward with dropout off, so the trainer's log-probs equal the sampler's.
         return dropout_off(model), tokenizer
 
-    async def create_lora_training_client_async(self, base_model: str, rank: int = 16):
-        return self.create_lora_training_client(base_model, rank)
+    async def create_lora_training_client_async(
+        self, base_model: str, rank: int = 16, alpha: float = 32.0
+    ) -> TrainingClient:
+        return self.create_lora_training_client(base_model, rank, alpha)
 
     async def create_training_client_async(self, base_model: str) -> TrainingClient:
         return self.create_training_client(base_model)

@@ -185,9 +185,15 @@ class TrainingClient:
         return APIFuture(SaveWeightsResponse(str(path)))
 
     def save_state(self, name: str) -> APIFuture[SaveWeightsResponse]:
-        """Weights (LoRA: the adapter too), optimizer state and step count in root/name,
+        """Weights (LoRA: the adapter too), optimizer state, step and sampler count in root/name,
         written as rlvr's own checkpoints are (`rlvr.train.checkpoint`)."""
-        state = {"step": self.step, "optimizer": self.optimizer.state_dict()}
+        # The sampler count seeds the next sampler: saved, so a resumed script samples
+        # what the uninterrupted one would have.
+        state = {
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "samplers": self._samplers,
+        }
         path = save_checkpoint(self._path(name), self.model, self.tokenizer, state)
         return APIFuture(SaveWeightsResponse(str(path)))
 
@@ -203,6 +209,7 @@ class TrainingClient:
         load_policy_weights(self.model, path)
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
+        self._samplers = int(state.get("samplers", self._samplers))
         self.version += 1
         return APIFuture(None)
 

@@ -174,3 +174,17 @@ def test_errors_are_one_line(trainer, call, message):
 def test_unknown_embedded_task_is_named(service):
     with pytest.raises(ValueError, match=r"base_model='embedded:algebra': unknown task 'algebra'"):
         service.create_training_client("embedded:algebra")
+
+
+def test_a_resumed_script_samples_what_the_uninterrupted_one_would(service, tmp_path):
+    prompt = ModelInput.from_ints([5, 6, 7])
+    params = SamplingParams(max_tokens=6)
+    trainer = service.create_training_client("embedded:arithmetic")
+    trainer.save_weights_and_get_sampling_client("s1")  # an earlier sampler was drawn
+    path = trainer.save_state(str(tmp_path / "ckpt")).result().path
+    expected = trainer.save_weights_and_get_sampling_client("s2").sample(prompt, 4, params)
+    resumed = service.create_training_client("embedded:arithmetic")
+    resumed.load_state(path)
+    got = resumed.save_weights_and_get_sampling_client("s2").sample(prompt, 4, params)
+    tokens = [s.tokens for s in expected.result().sequences]
+    assert [s.tokens for s in got.result().sequences] == tokens
