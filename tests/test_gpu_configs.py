@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.algo.recipes import RECIPES
+from rlvr.algo.recipes import RECIPES, recipe_fields
 from rlvr.tasks import task_options
 from rlvr.train.config import load_yaml, resolve_config
 
@@ -28,7 +28,30 @@ METHOD_FIELDS = {
         "overlong_penalty",
     },
     ("gspo_dapo_math", "dapo_math_grpo_control"): {"recipe", "ratio", "clip_low", "clip_high"},
+    # on-policy distillation (agentic-rl-lab chapters 2 and 4): the teacher term replaces
+    # the outcome advantage; GRPO's clipped surrogate, its aggregation and no teacher
+    ("opd_deepmath", "opd_deepmath_grpo_control"): {
+        "recipe",
+        "advantage",
+        "surrogate",
+        "aggregation",
+        "teacher_kl_coef",
+        "teacher",
+    },
+    # ... and GRPO needs a group: the lab's 32 problems × 1 sample vs 4 × 8 (32 responses)
+    ("opsd_openthoughts_math", "opsd_openthoughts_math_grpo_control"): {
+        "recipe",
+        "advantage",
+        "surrogate",
+        "aggregation",
+        "teacher_kl_coef",
+        "teacher",
+        "prompts_per_step",
+        "group_size",
+    },
 }
+# the lab's LoRA rank: 32 in every chapter but OPSD's (04-opsd/01-opsd-async.py: 64)
+LORA_RANK = {"opsd_openthoughts_math": 64, "opsd_openthoughts_math_grpo_control": 64}
 
 
 def _resolved(name: str) -> dict:
@@ -45,7 +68,8 @@ def test_every_config_resolves(path):
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_gpu_config_resolves(path):
     cfg = resolve_config(load_yaml(path))
-    assert cfg.policy["lora"]["rank"] == 32 and cfg.rollout_engine == "vllm"
+    assert cfg.policy["lora"]["rank"] == LORA_RANK.get(path.stem, 32)
+    assert cfg.rollout_engine == "vllm"
     assert cfg.eval_samples == 12  # AIME 2025 Average@12 / Pass@12
     assert cfg.build_recipe().fp32_head
 
@@ -64,7 +88,7 @@ def test_setting_and_control_differ_only_in_the_method(setting, control):
     # the method fields hold the named recipe's own values, on both sides (the GSM8K
     # setting's advantage is the one override of its recipe: the lab's r − mean(r))
     for cfg in (a, b):
-        for field in changed - {"recipe"}:
+        for field in (changed - {"recipe"}) & set(recipe_fields()):
             expected = getattr(RECIPES[cfg["recipe"]], field)
             if cfg is a and setting == "grpo_gsm8k":
                 expected = "group_mean"
