@@ -126,3 +126,25 @@ def test_config_errors_name_the_field(values, needle):
     with pytest.raises(ValueError) as err:
         resolve_config({"task_options": {"digits": 2, "ops": "+"}, **values})
     assert needle in str(err.value)
+
+
+def test_a_lora_self_teacher_is_the_adapter_disabled_base(tmp_path):
+    """With LoRA, `self` is the base without adapters (as π_ref): after a step that moved
+    the adapters, the teacher still scores as the base model saved on disk does."""
+    from rlvr.models.hf_policy import AdapterDisabledReference
+
+    lora = {"lora": {"rank": 4, "alpha": 8, "target_modules": "all-linear"}}
+    trainer = local_trainer(tmp_path, recipe="opsd", teacher=OPSD, policy=lora, lr=1e-2)
+    assert isinstance(trainer.teacher.model, AdapterDisabledReference)
+    trainer.train_step()
+    rollout = _annotated(trainer)
+    adapters = {k: v for k, v in trainer.model.state_dict().items() if "lora_B" in k}
+    assert any(v.abs().sum() > 0 for v in adapters.values())  # the adapters moved
+    ids = [trainer.teacher.prompt_ids(rollout)[0] + rollout.response_ids[0, :2].tolist()]
+    from transformers import AutoModelForCausalLM
+
+    disk = AutoModelForCausalLM.from_pretrained(tmp_path / "local_model")  # the base as saved
+    with torch.no_grad():
+        base = disk(input_ids=torch.tensor(ids)).logits[0].float().log_softmax(-1)
+        taught = trainer.teacher.model(input_ids=torch.tensor(ids)).logits[0].float()
+    torch.testing.assert_close(taught.log_softmax(-1), base, atol=1e-6, rtol=0)
