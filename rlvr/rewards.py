@@ -235,6 +235,19 @@ class RewardModel:
                 stacklevel=2,
             )
 
+    def take_stats(self) -> tuple[dict[str, float], dict[str, int]]:
+        """(last batch's means, failures since the last take) for another process's model to
+        `absorb`: a rollout actor scores, the trainer logs (rlvr/train/ray_actors.py)."""
+        failures = dict(self.failures)
+        self.failures.clear()
+        return dict(self.last_means), failures
+
+    def absorb(self, stats: tuple[dict[str, float], dict[str, int]]) -> None:
+        """Take over what `take_stats` returned in the process that scored the batch."""
+        means, failures = stats
+        self.last_means = dict(means)
+        self.failures.update(failures)
+
     def pop_failures(self) -> dict[str, float]:
         """`reward/fn/<name>/<kind>`: completions failed since the last call, then reset."""
         out = {f"reward/fn/{key}": float(n) for key, n in sorted(self.failures.items())}

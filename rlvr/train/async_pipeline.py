@@ -22,6 +22,8 @@ on the survivors; when none is left the step fails with `RolloutActorsLost`.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -87,7 +89,12 @@ class RolloutPipeline:
             ray.init(include_dashboard=False)
         self.trainer = trainer
         self.max_lag = max_lag
-        worker = ray.remote(num_cpus=1)(RolloutWorker)
+        # The actors import what the config names (reward functions, environments, tools)
+        # from this process's sys.path, as the verifier helper does (rlvr.verify.timeout).
+        path = os.pathsep.join(p or os.getcwd() for p in sys.path)
+        worker = ray.remote(num_cpus=1)(RolloutWorker).options(
+            runtime_env={"env_vars": {"PYTHONPATH": path}}
+        )
         threads = torch.get_num_threads()
         self.actors = [worker.remote(trainer.cfg, threads) for _ in range(num_actors)]
         self.pids = ray.get([a.pid.remote() for a in self.actors])
@@ -132,10 +139,12 @@ class RolloutPipeline:
                 self._dispatch(self._live_actor())
             current = self.in_flight.popleft()
             try:
-                rollout, state, version = self.ray.get(current.future)
+                rollout, state, version, stats = self.ray.get(current.future)
             except self.ray.exceptions.RayActorError:
                 self._lose(current)
                 continue
+            if stats is not None:  # reward/fn/* are logged here, where the step is
+                self.trainer.task.reward_model.absorb(stats)
             if self.max_lag == 0:
                 self.trainer.generator.set_state(state)
             else:

@@ -33,10 +33,11 @@ class RolloutWorker:
         generator_state: torch.Tensor,
         version: int,
         weights: list[Any],
-    ) -> tuple[Any, torch.Tensor, int]:
+    ) -> tuple[Any, torch.Tensor, int, Any]:
         """Sample and verify one round of groups (group ids from 0) with the weights of
         policy `version` (`weights`: [ObjectRef of a state dict], fetched only when new).
-        Returns (rollout, the generator's state afterwards, the version used)."""
+        Returns (rollout, the generator's state afterwards, the version used, the reward
+        functions' statistics or None)."""
         if version != self.version:
             import ray
 
@@ -50,4 +51,6 @@ class RolloutWorker:
         rollout = sample_groups(
             self.trainer.engine, self.trainer.task, problems, self.trainer.params, generator, 0
         )
-        return rollout, generator.get_state(), version
+        model = getattr(self.trainer.task, "reward_model", None)
+        stats = None if model is None else model.take_stats()  # the trainer logs them
+        return rollout, generator.get_state(), version, stats

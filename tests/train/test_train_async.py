@@ -37,10 +37,12 @@ def _gone(pid: int, wait_s: float = 20.0) -> bool:
     return False
 
 
-def test_lag_zero_reproduces_the_synchronous_run(local_ray, small_config):
+@pytest.mark.parametrize("rewards", [[], ["rlvr.rewards:correctness", "user_rewards:brevity"]])
+def test_lag_zero_reproduces_the_synchronous_run(local_ray, small_config, rewards):
     """DAPO (dynamic sampling refills: several rounds per step) for 2 steps: every metric
-    but time is the in-process run's, and the weights after them are the same."""
-    cfg = dict(recipe="dapo", steps=2, max_refill_rounds=2)
+    but time is the in-process run's (the reward functions' reward/fn/* too, though the
+    actors score), and the weights after them are the same."""
+    cfg = dict(recipe="dapo", steps=2, max_refill_rounds=2, reward_funcs=rewards)
     sync = Trainer(small_config(**cfg))
     expected = [_comparable(sync.train_step()) for _ in range(2)]
     trainer = AsyncTrainer(small_config(**cfg, rollout_actors=2, max_lag=0))
