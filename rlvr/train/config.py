@@ -8,7 +8,6 @@ overridden at the top level). YAML files and `--set key=value` overrides both go
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -16,11 +15,16 @@ from typing import Any
 import yaml
 
 from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
-from rlvr.algo.registry import ADVANTAGES
 from rlvr.checks import check_field_types, check_int, is_number
 from rlvr.envs.attach import attach_environment
-from rlvr.rewards import check_reward_settings, parse_reward_funcs
 from rlvr.tasks import TASKS, Task, make_task
+from rlvr.train.config_checks import (
+    absolute_paths,
+    check_group_size,
+    check_parallel,
+    check_reward_fields,
+    check_warm_start_fields,
+)
 from rlvr.train.hf_setup import check_options as check_hf_options
 from rlvr.train.teacher_model import check_teacher
 
@@ -176,7 +180,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        _absolute_paths(self)
+        absolute_paths(self)
         task = make_task(self.task, **self.task_options)  # unknown task or options: named
         if self.max_new_tokens is None:
             object.__setattr__(self, "max_new_tokens", task.default_max_new_tokens)
@@ -234,15 +238,15 @@ class TrainConfig:
                 f"episodes, whose turns have their own budget (task_options.max_turn_tokens)"
             )
         self._check_run_safety()
-        _check_parallel(self)
+        check_parallel(self)
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe={self.recipe!r} is unknown; valid: {', '.join(RECIPES)}")
         recipe = self.build_recipe()  # validates the overrides
         check_teacher(self.teacher, recipe, self.parallel)
         check_hf_options(self)
-        _check_reward_settings(self, recipe)
-        _check_group_size(self.group_size, recipe)
-        _check_warm_start_fields(self)
+        check_reward_fields(self, recipe)
+        check_group_size(self.group_size, recipe)
+        check_warm_start_fields(self)
         if recipe.overlong_penalty and recipe.overlong_cache > self.max_new_tokens:
             raise ValueError(
                 f"overlong_cache={recipe.overlong_cache} exceeds max_new_tokens="
@@ -269,110 +273,6 @@ class TrainConfig:
         recipe.pop("name")
         recipe.pop("source")
         return {**data, **recipe}
-
-
-PATH_OPTIONS = ("data", "eval_data")
-"""task_options that name files; with `model`, made absolute when they exist locally."""
-
-
-def _absolute(value: Any) -> Any:
-    """An existing local path as an absolute one; anything else (a hub id) unchanged."""
-    if isinstance(value, str) and value.strip() and Path(value).expanduser().exists():
-        return str(Path(value).expanduser().resolve())
-    if isinstance(value, dict) and "path" in value:
-        return {**value, "path": _absolute(value["path"])}
-    return value
-
-
-def _absolute_paths(cfg: TrainConfig) -> None:
-    """Local paths in the config become absolute, so the config.yaml a run records means
-    the same files when the run is resumed or evaluated from another directory."""
-    if cfg.model != "embedded":
-        object.__setattr__(cfg, "model", _absolute(cfg.model))
-    options = {k: _absolute(v) if k in PATH_OPTIONS else v for k, v in cfg.task_options.items()}
-    object.__setattr__(cfg, "task_options", options)
-    if isinstance(cfg.teacher, dict) and cfg.teacher.get("model") not in (None, "self"):
-        object.__setattr__(
-            cfg, "teacher", {**cfg.teacher, "model": _absolute(cfg.teacher["model"])}
-        )
-
-
-def _check_reward_settings(cfg: TrainConfig, recipe: Recipe) -> None:
-    """Reward settings are valid and can take effect; dynamic sampling that cannot see a
-    user's reward is pointed out."""
-    check_reward_settings(cfg.reward_timeout_s, cfg.reward_errors, cfg.reward_isolation)
-    defaults = {f.name: f.default for f in fields(TrainConfig)}
-    if not cfg.reward_funcs:
-        for name in ("reward_timeout_s", "reward_errors", "reward_isolation"):
-            if getattr(cfg, name) != defaults[name]:
-                raise ValueError(
-                    f"{name}={getattr(cfg, name)!r} applies to reward_funcs, and this run has "
-                    f"none (its reward is the verifier's correctness); remove it"
-                )
-    custom = [s.func for s in parse_reward_funcs(cfg.reward_funcs)]
-    if (
-        recipe.dynamic_sampling
-        and recipe.dynamic_sampling_key == "correct"
-        and custom
-        not in (
-            [],
-            ["rlvr.rewards:correctness"],
-        )
-    ):
-        warnings.warn(
-            f"dynamic sampling keeps groups whose verifier correctness varies, but the reward "
-            f"optimised is reward_funcs {custom}: groups whose reward varies while correctness "
-            f"does not are dropped; set dynamic_sampling_key=reward to key on the reward",
-            stacklevel=3,
-        )
-
-
-PARALLEL_MODES = ("ddp", "fsdp")
-
-
-def _check_parallel(cfg: TrainConfig) -> None:
-    """`parallel` names a mode, and FSDP is not combined with what it does not support."""
-    if cfg.parallel not in PARALLEL_MODES:
-        raise ValueError(
-            f"parallel must be one of {', '.join(PARALLEL_MODES)}, got {cfg.parallel!r}"
-        )
-    if cfg.parallel != "fsdp":
-        return
-    unsupported = {
-        "rollout_engine": cfg.rollout_engine != "hf",
-        "policy.lora": bool(cfg.policy.get("lora")),
-        "rollout_actors": cfg.rollout_actors > 0,
-    }
-    for name, used in unsupported.items():
-        if used:
-            raise ValueError(
-                f"parallel='fsdp' does not support {name} yet (docs/distributed.md); "
-                f"remove {name} or use parallel='ddp'"
-            )
-
-
-def _check_warm_start_fields(cfg: TrainConfig) -> None:
-    """The warm start builds only the embedded model: its settings would be ignored."""
-    if cfg.model == "embedded":
-        return
-    for f in fields(cfg):
-        if f.name.startswith("warm_") and getattr(cfg, f.name) != f.default:
-            raise ValueError(
-                f"{f.name}={getattr(cfg, f.name)!r} only applies to model='embedded' (the "
-                f"warm start), not model={cfg.model!r}; remove it"
-            )
-
-
-def _check_group_size(group_size: int, recipe: Recipe) -> None:
-    """A baseline from the group's own responses needs a group of at least two."""
-    if group_size < 2 and ADVANTAGES.get(recipe.advantage).group_baseline:
-        others = [e.name for e in ADVANTAGES if not e.group_baseline]
-        raise ValueError(
-            f"group_size={group_size} trains nothing with advantage={recipe.advantage!r} "
-            f"(recipe {recipe.name!r}): its baseline is the mean of the prompt's own group, "
-            f"so every advantage is 0; use group_size ≥ 2, or an advantage that does not "
-            f"compare within a group ({', '.join(others)})"
-        )
 
 
 TRAIN_KEYS = {f.name for f in fields(TrainConfig)} - {"overrides"}
