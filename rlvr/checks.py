@@ -6,7 +6,9 @@ bool is an int subclass in Python; none of these accept `True` as a number.
 
 from __future__ import annotations
 
+import importlib
 import math
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -53,3 +55,19 @@ def check_field_types(obj: Any) -> None:
             )
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{f.name} must be a finite number, got {value!r}")
+
+
+def resolve_callable(reference: Any, field: str, kind: str = "function") -> Callable[..., Any]:
+    """The callable `module:name` names, imported; errors name `field`, the reference and
+    what is missing (a reward function, an environment class, a tool)."""
+    if not isinstance(reference, str) or reference.count(":") != 1:
+        raise ValueError(f"{field} must look like 'module:name', got {reference!r}")
+    module_name, attribute = reference.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"{field} {reference!r}: cannot import {module_name!r}: {err}") from err
+    value = getattr(module, attribute, None)
+    if not callable(value):
+        raise ValueError(f"{field} {reference!r}: {module_name} has no {kind} {attribute!r}")
+    return value

@@ -25,7 +25,6 @@ Each call runs under ``reward_timeout_s`` with the verifiers' isolation
 
 from __future__ import annotations
 
-import importlib
 import math
 import warnings
 from collections import Counter
@@ -33,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rlvr.checks import resolve_callable
 from rlvr.reward_guard import CallResult, call_arguments, check_signature, guarded_call
 from rlvr.verify import Verdict, check
 from rlvr.verify.timeout import MODES
@@ -115,19 +115,7 @@ def parse_reward_funcs(value: Any) -> list[RewardSpec]:
 
 def resolve(reference: str) -> RewardFunc:
     """The function ``module:function`` names; errors say what is missing."""
-    module_name, attribute = reference.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ValueError(
-            f"reward function {reference!r}: cannot import {module_name!r}: {err}"
-        ) from err
-    fn = getattr(module, attribute, None)
-    if not callable(fn):
-        raise ValueError(
-            f"reward function {reference!r}: {module_name} has no function {attribute!r}"
-        )
-    return fn
+    return resolve_callable(reference, "reward function")
 
 
 REWARD_ERRORS = ("drop", "zero", "stop")

@@ -11,30 +11,18 @@ task row. Everything that cannot take effect is refused by name.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
+from rlvr.checks import resolve_callable
 from rlvr.envs.base import Environment
 from rlvr.envs.budgets import EpisodeBudgets
 from rlvr.envs.tools import ToolEnvironment
 
 
 def resolve(reference: Any, field: str) -> Callable[..., Any]:
-    """The callable `module:name` names; errors name the field and what is missing."""
-    if not isinstance(reference, str) or reference.count(":") != 1:
-        raise ValueError(f"{field} must look like 'module:name', got {reference!r}")
-    module_name, attribute = reference.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ValueError(f"{field} {reference!r}: cannot import {module_name!r}: {err}") from err
-    value = getattr(module, attribute, None)
-    if not callable(value):
-        raise ValueError(
-            f"{field} {reference!r}: {module_name} has no class or function {attribute!r}"
-        )
-    return value
+    """The class or function `module:name` names; errors name the field."""
+    return resolve_callable(reference, field, "class or function")
 
 
 def environment_factory(
