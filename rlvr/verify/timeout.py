@@ -38,7 +38,13 @@ class VerifierTimeout(BaseException):
     """The call ran past its limit; a BaseException so ``except Exception`` can't swallow it."""
 
 
+RETRY_S = 0.1
+"""After the limit, the alarm fires again every RETRY_S until the call has stopped: a bare
+``except:`` in third-party code (sympy has some) swallows one VerifierTimeout, not all."""
+
+
 def _raise_timeout(signum: int, frame: object) -> None:
+    signal.setitimer(signal.ITIMER_REAL, RETRY_S)  # again, should this one be swallowed
     raise VerifierTimeout
 
 
@@ -83,12 +89,21 @@ def with_alarm(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float) 
     previous = signal.signal(signal.SIGALRM, _raise_timeout)
     try:
         signal.setitimer(signal.ITIMER_REAL, timeout_s)
-        try:
-            return fn(*args)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0.0)
+        return fn(*args)
     finally:
-        signal.signal(signal.SIGALRM, previous)
+        _disarm(previous)
+
+
+def _disarm(previous: Any) -> None:
+    """Cancel the alarm and restore the previous handler; an alarm landing meanwhile (its
+    VerifierTimeout) only makes it try again, so neither step is ever skipped."""
+    while True:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.0)
+            signal.signal(signal.SIGALRM, previous)
+            return
+        except VerifierTimeout:
+            continue
 
 
 def _with_thread(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float) -> Any:

@@ -189,3 +189,37 @@ def test_a_forked_child_gets_its_own_helper():
     os.waitpid(pid, 0)
     assert os.read(read, 1) == b"1"
     assert _HELPER._process is parent_helper and parent_helper.poll() is None
+
+
+SWALLOWS_ONCE = """
+import time
+from rlvr.verify.timeout import VerifierTimeout, with_alarm
+
+def work():
+    try:  # third-party code with a bare except around a slow step
+        while True:
+            pass
+    except:  # noqa: E722
+        pass
+    while True:  # the rest of the work
+        pass
+
+started = time.perf_counter()
+try:
+    with_alarm(work, (), 0.3)
+except VerifierTimeout:
+    print("timed out after", round(time.perf_counter() - started, 1))
+"""
+
+
+def test_a_swallowed_timeout_fires_again():
+    """A bare except swallows the first VerifierTimeout; the alarm fires again until the
+    call stops. Run in its own process so that, were it broken, the test fails, not hangs."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", SWALLOWS_ONCE], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.startswith("timed out after"), done.stderr
+    assert float(done.stdout.split()[-1]) < 5.0
