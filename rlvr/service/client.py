@@ -17,14 +17,16 @@ from rlvr.models.load import EMBEDDED, load_pretrained
 from rlvr.models.modes import dropout_off
 from rlvr.models.policy_options import LoraOptions, PolicyOptions
 from rlvr.models.tokenizer import Tokenizer
+from rlvr.rollout.base import RolloutEngine
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.service.sampling import SamplingClient
-from rlvr.service.training import TrainingClient
+from rlvr.service.training import TrainingClient, read_state
 from rlvr.service.types import ModelInput
 from rlvr.tasks.registry import TASKS
 from rlvr.warmstart.load import load_policy
 
 DEFAULT_TASK = "arithmetic"
+ENGINES = ("hf", "vllm")
 
 
 class ServiceClient:
@@ -32,7 +34,9 @@ class ServiceClient:
 
     `task_options` and `seed` pick the embedded warm start (the same cache key as
     `rlvr train` with those options and `warm_seed`); `root` is where `save_state` and
-    `save_weights_for_sampler` write; `device` and `dtype` place the policy."""
+    `save_weights_for_sampler` write; `device` and `dtype` place the policy.
+    `engine` samples: "hf" (in-process) or "vllm" (rlvr's vLLM engine, rlvr[gpu]; its
+    `engine_options` are `vllm.LLM`'s, or `backend_factory` as in `rlvr train`)."""
 
     def __init__(
         self,
@@ -41,11 +45,20 @@ class ServiceClient:
         task_options: dict[str, Any] | None = None,
         device: str = "cpu",
         dtype: str = "float32",
+        engine: str = "hf",
+        engine_options: dict[str, Any] | None = None,
     ) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"engine={engine!r} is not valid; choose one of: {', '.join(ENGINES)}")
+        if engine == "hf" and engine_options:
+            raise ValueError(
+                f"engine_options {sorted(engine_options)} apply to engine='vllm', not 'hf'"
+            )
         self.root = Path(root)
         self.seed = seed
         self.task_options = dict(task_options or {})
         self.device, self.dtype = device, dtype
+        self.engine, self.engine_options = engine, dict(engine_options or {})
 
     def create_lora_training_client(
         self, base_model: str, rank: int = 16, alpha: float = 32.0
@@ -57,16 +70,53 @@ class ServiceClient:
         """A client that trains every weight of the model (full fine-tune)."""
         return self._training_client(base_model, None)
 
-    def create_sampling_client(self, model_path: str | Path, seed: int = 0) -> SamplingClient:
+    def create_sampling_client(
+        self, model_path: str | Path | None = None, seed: int = 0, base_model: str | None = None
+    ) -> SamplingClient:
         """A sampler over weights saved by `save_weights_for_sampler` (or any local HF
-        model directory); it owns its copy, so it never goes stale."""
-        model, tokenizer = self._load(str(model_path), None)
-        trainer = TrainingClient(model, tokenizer, self.root, seed)  # for its forward only
-        return SamplingClient(HFEngine(model, tokenizer), trainer.compute_logprobs, seed)
+        model directory), or over `base_model`; it owns its copy, so it never goes stale."""
+        if (model_path is None) == (base_model is None):
+            raise ValueError("create_sampling_client needs exactly one of model_path, base_model")
+        model, tokenizer = self._load(str(model_path or base_model), None)
+        engine = self._engine(model, tokenizer)
+        trainer = TrainingClient(model, tokenizer, self.root, seed, engine)  # its forward only
+        return SamplingClient(engine, trainer.compute_logprobs, seed)
+
+    def create_training_client_from_state(self, path: str | Path) -> TrainingClient:
+        """A training client of the base model and LoRA shape `save_state` recorded in
+        `path`, with its weights and a fresh optimizer (the remote API's semantics)."""
+        trainer = self._from_state(path)
+        trainer.load_state(path)
+        return trainer
+
+    def create_training_client_from_state_with_optimizer(self, path: str | Path) -> TrainingClient:
+        """`create_training_client_from_state` with the optimizer state too: an exact resume."""
+        trainer = self._from_state(path)
+        trainer.load_state_with_optimizer(path)
+        return trainer
+
+    def _from_state(self, path: str | Path) -> TrainingClient:
+        state = read_state(path)
+        if not state.get("base_model"):
+            raise ValueError(
+                f"state {str(path)!r} does not record its base model (written by an older "
+                "rlvr.service); create the client yourself and call load_state"
+            )
+        lora = state.get("lora")
+        lora = None if lora is None else LoraOptions(rank=lora[0], alpha=lora[1])
+        return self._training_client(state["base_model"], lora)
 
     def _training_client(self, base_model: str, lora: LoraOptions | None) -> TrainingClient:
         model, tokenizer = self._load(base_model, lora)
-        return TrainingClient(model, tokenizer, self.root, self.seed)
+        engine = self._engine(model, tokenizer)
+        return TrainingClient(model, tokenizer, self.root, self.seed, engine, base_model, lora)
+
+    def _engine(self, model: torch.nn.Module, tokenizer: Tokenizer) -> RolloutEngine:
+        if self.engine == "vllm":  # vLLM is imported only when chosen
+            from rlvr.rollout.vllm_engine import VLLMEngine
+
+            return VLLMEngine.create(model, tokenizer, **self.engine_options)
+        return HFEngine(model, tokenizer)
 
     def _load(self, base_model: str, lora: LoraOptions | None) -> tuple[torch.nn.Module, Tokenizer]:
         model, tokenizer = load_base_model(base_model, self.task_options, self.seed)
@@ -82,6 +132,17 @@ class ServiceClient:
 
     async def create_training_client_async(self, base_model: str) -> TrainingClient:
         return self.create_training_client(base_model)
+
+    async def create_sampling_client_async(self, *args: Any, **kwargs: Any) -> SamplingClient:
+        return self.create_sampling_client(*args, **kwargs)
+
+    async def create_training_client_from_state_async(self, path: str | Path) -> TrainingClient:
+        return self.create_training_client_from_state(path)
+
+    async def create_training_client_from_state_with_optimizer_async(
+        self, path: str | Path
+    ) -> TrainingClient:
+        return self.create_training_client_from_state_with_optimizer(path)
 
 
 def load_base_model(

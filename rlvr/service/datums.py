@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from rlvr.service.types import Datum, ModelInput
+from rlvr.service.types import Datum
 
 INTEGER_INPUTS = ("target_tokens",)
 
@@ -80,12 +80,14 @@ def pack(datums: Sequence[Datum], required: Sequence[str], vocab_size: int, loss
 
 
 def _model_input(datum: Datum, index: int, vocab_size: int) -> list[int]:
-    if not isinstance(datum, Datum) or not isinstance(datum.model_input, ModelInput):
+    # Duck-typed, so the `tinker` package's own Datum and ModelInput are accepted too.
+    model_input = getattr(datum, "model_input", None)
+    if not hasattr(model_input, "to_ints") or not hasattr(datum, "loss_fn_inputs"):
         raise ValueError(
             f"datum {index} must be a Datum(model_input=ModelInput.from_ints(...), "
             f"loss_fn_inputs={{...}}), got {type(datum).__name__}"
         )
-    tokens = datum.model_input.to_ints()
+    tokens = [int(t) for t in model_input.to_ints()]
     if not tokens:
         raise ValueError(f"datum {index}: model_input is empty; it needs at least one token")
     bad = [t for t in tokens if not 0 <= t < vocab_size]

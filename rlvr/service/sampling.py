@@ -106,11 +106,11 @@ def _engine_params(num_samples: int, params: SamplingParams) -> EngineParams:
 
 
 def _prompt_tokens(prompt: ModelInput, vocab_size: int) -> list[int]:
-    if not isinstance(prompt, ModelInput):
+    if not hasattr(prompt, "to_ints"):  # duck-typed: the `tinker` package's ModelInput too
         raise ValueError(
             f"prompt must be a ModelInput (ModelInput.from_ints(tokens)), got {prompt!r:.60}"
         )
-    tokens = prompt.to_ints()
+    tokens = [int(t) for t in prompt.to_ints()]
     if not tokens:
         raise ValueError("prompt is empty; it needs at least one token")
     bad = [t for t in tokens if not 0 <= t < vocab_size]
@@ -127,7 +127,9 @@ def _apply_stop(
     stopped there would have drawn."""
     if not stop:
         return seq
-    if isinstance(stop, str) or not all(isinstance(s, int | str) for s in stop):
+    if isinstance(stop, str):  # the remote API takes one string as well as a list
+        stop = [stop]
+    if not all(isinstance(s, int | str) for s in stop):
         raise ValueError(f"SamplingParams.stop={stop!r} must be a list of token ids or of strings")
     ids = [s for s in stop if isinstance(s, int)]
     strings = [s for s in stop if isinstance(s, str)]

@@ -9,6 +9,7 @@ loop differentiates. Gradients accumulate over `forward_backward` calls until
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,10 @@ import torch
 
 from rlvr.models.hf_policy import lora_layers, save_kwargs
 from rlvr.models.logprobs import head_logprobs, response_hidden
+from rlvr.models.policy_options import LoraOptions
 from rlvr.models.quiet import quiet_transformers
 from rlvr.models.tokenizer import Tokenizer
+from rlvr.rollout.base import RolloutEngine
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.service.datums import Batch, pack
 from rlvr.service.losses import compute_loss, loss_spec, surrogate_params
@@ -42,18 +45,28 @@ class TrainingClient:
     """One policy being trained (full fine-tune, or LoRA adapters only)."""
 
     def __init__(
-        self, model: torch.nn.Module, tokenizer: Tokenizer, root: Path, seed: int = 0
+        self,
+        model: torch.nn.Module,
+        tokenizer: Tokenizer,
+        root: Path,
+        seed: int = 0,
+        engine: RolloutEngine | None = None,
+        base_model: str | None = None,
+        lora: LoraOptions | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.root = Path(root)
         self.seed = seed
+        self.base_model, self.lora = base_model, lora  # saved with the state, to rebuild it
         self.step = 0  # optimizer steps taken
         self.version = 0  # bumped whenever the weights change (optim_step, load_state)
         self.trainable = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.trainable, lr=0.0, weight_decay=0.0)
-        self.engine = HFEngine(model, tokenizer)
+        self.engine = engine or HFEngine(model, tokenizer)
+        self._synced_version = 0  # the weights version a vLLM engine holds
         self._samplers = 0
+        self._ttl_warned = False
 
     def get_tokenizer(self) -> Tokenizer:
         return self.tokenizer
@@ -162,6 +175,9 @@ class TrainingClient:
         the next optim_step or load_state; sampling.py)."""
         version, label = self.version, name or f"step-{self.step}"
         self._samplers += 1
+        if hasattr(self.engine, "sync_weights") and self._synced_version != version:
+            self.engine.sync_weights()  # vLLM holds its own copy: push the current weights
+            self._synced_version = version
 
         def staleness() -> str | None:
             if self.version == version:
@@ -175,43 +191,68 @@ class TrainingClient:
         seed = self.seed + 7919 * self._samplers  # each sampler its own random stream
         return SamplingClient(self.engine, self.compute_logprobs, seed, staleness)
 
-    def save_weights_for_sampler(self, name: str) -> APIFuture[SaveWeightsResponse]:
+    def save_weights_for_sampler(
+        self, name: str, ttl_seconds: int | None = None
+    ) -> APIFuture[SaveWeightsResponse]:
         """The current weights (LoRA merged) as a Hugging Face directory root/name,
         loadable by `ServiceClient.create_sampling_client(path)` or `from_pretrained`."""
+        self._check_ttl(ttl_seconds)
         path = self._path(name)
         with quiet_transformers():
             self.model.save_pretrained(path, **save_kwargs(self.model))
         self.tokenizer.save(path)
         return APIFuture(SaveWeightsResponse(str(path)))
 
-    def save_state(self, name: str) -> APIFuture[SaveWeightsResponse]:
-        """Weights (LoRA: the adapter too), optimizer state, step and sampler count in root/name,
-        written as rlvr's own checkpoints are (`rlvr.train.checkpoint`)."""
+    def save_state(
+        self, name: str, ttl_seconds: int | None = None, overwrite: bool = False
+    ) -> APIFuture[SaveWeightsResponse]:
+        """Weights (LoRA: the adapter too), optimizer state, step, sampler count, base model
+        and LoRA shape in root/name, written as rlvr's own checkpoints are
+        (`rlvr.train.checkpoint`). `overwrite=False` refuses an existing directory."""
+        self._check_ttl(ttl_seconds)
+        path = self._path(name)
+        if not overwrite and path.exists():
+            raise ValueError(f"save_state: {str(path)!r} exists; pass overwrite=True to replace it")
         # The sampler count seeds the next sampler: saved, so a resumed script samples
         # what the uninterrupted one would have.
         state = {
             "step": self.step,
             "optimizer": self.optimizer.state_dict(),
             "samplers": self._samplers,
+            "base_model": self.base_model,
+            "lora": None if self.lora is None else (self.lora.rank, self.lora.alpha),
         }
-        path = save_checkpoint(self._path(name), self.model, self.tokenizer, state)
+        path = save_checkpoint(path, self.model, self.tokenizer, state)
         return APIFuture(SaveWeightsResponse(str(path)))
 
     def load_state(self, path: str | Path) -> APIFuture[None]:
-        """Continue from `save_state`'s directory: weights, optimizer state, step count."""
-        path = Path(path)
-        if not (path / "trainer_state.pt").is_file():
-            raise ValueError(
-                f"load_state path={str(path)!r} is not a directory written by save_state "
-                "(it has no trainer_state.pt)"
-            )
-        state = load_trainer_state(path)
-        load_policy_weights(self.model, path)
-        self.optimizer.load_state_dict(state["optimizer"])
+        """Continue from `save_state`'s directory with its weights, step and sampler count
+        but a fresh optimizer (Adam's moments reset), as the remote API's `load_state`."""
+        return APIFuture(self._load(path, optimizer=False))
+
+    def load_state_with_optimizer(self, path: str | Path) -> APIFuture[None]:
+        """Continue exactly from `save_state`'s directory: `load_state` plus the optimizer."""
+        return APIFuture(self._load(path, optimizer=True))
+
+    def _load(self, path: str | Path, optimizer: bool) -> None:
+        state = read_state(path)
+        load_policy_weights(self.model, Path(path))
+        if optimizer:
+            self.optimizer.load_state_dict(state["optimizer"])
+        else:
+            self.optimizer = torch.optim.AdamW(self.trainable, lr=0.0, weight_decay=0.0)
         self.step = int(state["step"])
         self._samplers = int(state.get("samplers", self._samplers))
         self.version += 1
-        return APIFuture(None)
+
+    def _check_ttl(self, ttl_seconds: int | None) -> None:
+        if ttl_seconds is not None and not self._ttl_warned:
+            self._ttl_warned = True
+            warnings.warn(
+                f"ttl_seconds={ttl_seconds!r} cannot take effect: the local service writes "
+                "directories that stay until you delete them",
+                stacklevel=3,
+            )
 
     def _path(self, name: str) -> Path:
         if not isinstance(name, str) or not name or name.startswith("."):
@@ -239,11 +280,27 @@ class TrainingClient:
     async def save_weights_and_get_sampling_client_async(self, name: str | None = None):
         return self.save_weights_and_get_sampling_client(name)
 
-    async def save_state_async(self, name: str) -> APIFuture[SaveWeightsResponse]:
-        return self.save_state(name)
+    async def save_state_async(self, *args: Any, **kwargs: Any) -> APIFuture[SaveWeightsResponse]:
+        return self.save_state(*args, **kwargs)
 
     async def load_state_async(self, path: str | Path) -> APIFuture[None]:
         return self.load_state(path)
+
+    async def load_state_with_optimizer_async(self, path: str | Path) -> APIFuture[None]:
+        return self.load_state_with_optimizer(path)
+
+    async def save_weights_for_sampler_async(self, *args: Any, **kwargs: Any) -> APIFuture:
+        return self.save_weights_for_sampler(*args, **kwargs)
+
+
+def read_state(path: str | Path) -> dict[str, Any]:
+    """The trainer state `save_state` wrote in `path`, or a one-line error."""
+    if not (Path(path) / "trainer_state.pt").is_file():
+        raise ValueError(
+            f"load_state path={str(path)!r} is not a directory written by save_state "
+            "(it has no trainer_state.pt)"
+        )
+    return load_trainer_state(Path(path))
 
 
 def _outputs(logprobs: torch.Tensor, batch: Batch) -> list[dict[str, TensorData]]:

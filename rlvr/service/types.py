@@ -33,14 +33,32 @@ class APIFuture(Generic[T]):
 
 
 @dataclass(frozen=True)
+class EncodedTextChunk:
+    """A run of token ids inside a `ModelInput` (the remote API's only text chunk)."""
+
+    tokens: Sequence[int]
+    type: str = "encoded_text"
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(frozen=True, init=False)
 class ModelInput:
-    """A token sequence given to the model."""
+    """A token sequence given to the model: `ModelInput.from_ints(ids)`, or the remote
+    API's `ModelInput(chunks=[EncodedTextChunk(tokens=ids), ...])`, which is flattened."""
 
     tokens: tuple[int, ...]
 
+    def __init__(self, tokens: Sequence[int] = (), chunks: Sequence[Any] | None = None) -> None:
+        if chunks is not None:
+            tokens = [t for chunk in chunks for t in _chunk_tokens(chunk)]
+        object.__setattr__(self, "tokens", tuple(int(t) for t in tokens))
+
     @classmethod
     def from_ints(cls, tokens: Sequence[int]) -> ModelInput:
-        return cls(tuple(int(t) for t in tokens))
+        return cls(tokens)
 
     @classmethod
     def empty(cls) -> ModelInput:
@@ -49,12 +67,30 @@ class ModelInput:
     def to_ints(self) -> list[int]:
         return list(self.tokens)
 
+    @property
+    def chunks(self) -> list[EncodedTextChunk]:
+        return [EncodedTextChunk(self.tokens)] if self.tokens else []
+
+    def append(self, chunk: Any) -> ModelInput:
+        """This input followed by `chunk`'s tokens (an `EncodedTextChunk`)."""
+        return ModelInput((*self.tokens, *_chunk_tokens(chunk)))
+
     def append_int(self, token: int) -> ModelInput:
         return ModelInput((*self.tokens, int(token)))
 
     @property
     def length(self) -> int:
         return len(self.tokens)
+
+
+def _chunk_tokens(chunk: Any) -> Sequence[int]:
+    """A text chunk's token ids; other chunk kinds (images) have no local model to read them."""
+    if getattr(chunk, "type", "encoded_text") != "encoded_text" or not hasattr(chunk, "tokens"):
+        raise ValueError(
+            f"ModelInput chunk {type(chunk).__name__} (type={getattr(chunk, 'type', None)!r}) is "
+            "not supported locally; only EncodedTextChunk(tokens=[...]) is"
+        )
+    return chunk.tokens
 
 
 class TensorData:
@@ -136,10 +172,19 @@ class SamplingParams:
     """Tokens to generate at most per sequence (EOS included)."""
     temperature: float = 1.0
     top_p: float = 1.0
-    stop: Sequence[int] | Sequence[str] | None = None
+    stop: str | Sequence[int] | Sequence[str] | None = None
     """Token ids or strings that end a sequence (besides EOS); the stop token is kept."""
     seed: int | None = None
     """Seeds this call's sampling; None: the sampling client's own generator."""
+    top_k: int = -1
+    """The remote API's top-k; rlvr's engines have none, so only -1 (no limit) is valid."""
+
+    def __post_init__(self) -> None:
+        if self.top_k != -1:
+            raise ValueError(
+                f"SamplingParams.top_k={self.top_k!r} cannot take effect: rlvr's engines sample "
+                "the full distribution (or a top_p nucleus); use top_k=-1"
+            )
 
 
 @dataclass

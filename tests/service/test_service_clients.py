@@ -116,12 +116,34 @@ def test_save_and_load_state_restore_weights_and_optimizer(service, tmp_path):
     trainer.optim_step(AdamParams(learning_rate=1e-3))
     after_two = [p.detach().clone() for p in trainer.model.parameters()]
     other = service.create_training_client("embedded:arithmetic")
-    other.load_state(path)
+    other.load_state_with_optimizer(path)
     assert other.step == 1
     other.forward_backward([datum], "cross_entropy")
     other.optim_step(AdamParams(learning_rate=1e-3))
     for a, b in zip(other.model.parameters(), after_two, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    # The remote API's pair: from_state_with_optimizer rebuilds the client from what
+    # save_state recorded (base model, no LoRA) and resumes exactly ...
+    rebuilt = service.create_training_client_from_state_with_optimizer(path)
+    assert rebuilt.base_model == "embedded:arithmetic" and rebuilt.lora is None
+    rebuilt.forward_backward([datum], "cross_entropy")
+    rebuilt.optim_step(AdamParams(learning_rate=1e-3))
+    for a, b in zip(rebuilt.model.parameters(), after_two, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    # ... while load_state takes the weights and step but starts Adam afresh.
+    weights_only = service.create_training_client_from_state(path)
+    assert weights_only.step == 1 and not weights_only.optimizer.state
+    for a, b in zip(weights_only.model.parameters(), other_at(path, service), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"ckpt' exists; pass overwrite=True to replace it"):
+        trainer.save_state(path)
+
+
+def other_at(path, service):
+    """The weights saved in `path`, read back through load_state_with_optimizer."""
+    reader = service.create_training_client("embedded:arithmetic")
+    reader.load_state_with_optimizer(path)
+    return list(reader.model.parameters())
 
 
 def policy_datum(**overrides):
