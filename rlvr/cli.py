@@ -1,4 +1,4 @@
-"""Command line: `rlvr train | eval | compare | audit | recipes`. Only this module parses arguments."""
+"""Command line: `rlvr train | eval | compare | audit | recipes | show`. Only this module parses arguments."""
 
 from __future__ import annotations
 
@@ -358,6 +358,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--power", type=float, default=0.8, help="probability of detecting it")
     p.add_argument("--alpha", type=float, default=0.05, help="two-sided significance level")
     p.set_defaults(func=cmd_evalsize)
+    from rlvr.show.command import add_show_parser
+
+    add_show_parser(sub)
     return parser
 
 

@@ -1,0 +1,164 @@
+"""`rlvr show RUN --html`: one static page per run — config, newest metrics, the curves as
+inline SVG, and every logged completion, browsable by step and filtered by verdict, with
+token classes coloured and multi-turn episodes' turns in a table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlvr.show.html_page import controls, esc, kv_table, page
+from rlvr.show.load import NO_COMPLETIONS, Run, latest_metrics, segments
+from rlvr.show.svg import curves_html
+from rlvr.show.text import SHOWN_METRICS, fmt, fmt_options
+
+FILTERS = {
+    "all": "all rows",
+    "correct": "correct",
+    "wrong": "wrong",
+    "dropped": "dropped (not trained on)",
+    "truncated": "truncated",
+    "multiturn": "multi-turn",
+}
+SEGMENT_TITLES = {
+    "policy": "sampled by the policy (trained on)",
+    "observation": "environment observation (not trained on)",
+    "forced": "forced in by the engine (not trained on)",
+    "masked": "masked out of the loss",
+}
+
+
+def row_tags(row: dict[str, Any]) -> str:
+    """The filter tags of one completion (the values of FILTERS it belongs to)."""
+    tags = ["correct" if row["correct"] else "wrong"]
+    tags.append("kept" if row.get("kept", True) else "dropped")
+    tags += ["truncated"] * bool(row.get("truncated")) + ["multiturn"] * bool(row.get("turns"))
+    return " ".join(tags)
+
+
+def segments_html(row: dict[str, Any]) -> str:
+    return "".join(
+        f'<span class="seg-{s["kind"]}" title="{SEGMENT_TITLES[s["kind"]]}">{esc(s["text"])}</span>'
+        for s in segments(row)
+    )
+
+
+def turns_html(turns: list[dict[str, Any]]) -> str:
+    head = (
+        "<tr><th>turn</th><th>policy</th><th>tool call</th><th>observation</th><th>ended</th></tr>"
+    )
+    cells = (
+        "<tr>"
+        + "".join(
+            f"<td><pre>{esc('' if t.get(key) is None else t[key])}</pre></td>"
+            for key in ("turn", "policy", "tool_call", "observation", "ended")
+        )
+        + "</tr>"
+        for t in turns
+    )
+    return f'<table class="turns">{head}{"".join(cells)}</table>'
+
+
+def row_html(row: dict[str, Any]) -> str:
+    advantage = row.get("advantage")
+    head = [
+        f"group <b>{esc(row.get('group', '?'))}</b> · sample <b>{esc(row.get('sample', '?'))}</b>",
+        '<span class="ok">✓ correct</span>'
+        if row["correct"]
+        else '<span class="bad">✗ wrong</span>',
+        f"reward <b>{esc(fmt(row['reward']))}</b>",
+        "advantage <b>" + ("—" if advantage is None else esc(f"{advantage:+.3g}")) + "</b>",
+        f"length {esc(row.get('length', '?'))}",
+        *(["truncated"] if row.get("truncated") else []),
+        "kept" if row.get("kept", True) else "<b>dropped</b>",
+    ]
+    rewards = row.get("rewards") or {}
+    if rewards:
+        head.append("rewards " + ", ".join(f"{esc(k)}={esc(fmt(v))}" for k, v in rewards.items()))
+    kind = "correct" if row["correct"] else "wrong"
+    parts = [
+        f'<article class="row {kind}{"" if row.get("kept", True) else " dropped"}" '
+        f'data-tags="{row_tags(row)}">',
+        f'<div class="head">{" · ".join(head)}</div>',
+        f'<pre class="prompt">{esc(row["prompt"])}</pre>',
+        f'<pre class="completion">{segments_html(row)}</pre>',
+    ]
+    if row.get("turns"):
+        parts.append(turns_html(row["turns"]))
+    return "".join(parts) + "</article>"
+
+
+def config_html(run: Run) -> str:
+    cfg = run.config
+    options = cfg.get("task_options") or {}
+    pairs: list[tuple[str, object]] = [
+        ("task", f"{cfg.get('task', '?')} {fmt_options(options) if options else ''}".strip()),
+        ("recipe", cfg.get("recipe", "?")),
+        ("model", cfg.get("model", "?")),
+        (
+            "steps",
+            f"{run.metrics[-1].get('step') if run.metrics else '—'} of {cfg.get('steps', '?')}",
+        ),
+        ("seed", cfg.get("seed", "?")),
+        ("batch", f"{cfg.get('prompts_per_step', '?')} prompts × {cfg.get('group_size', '?')}"),
+        (
+            "status",
+            (run.summary or {}).get("status", "no summary.json (running, or stopped early)"),
+        ),
+    ]
+    return kv_table(pairs)
+
+
+def metrics_html(run: Run) -> str:
+    latest = latest_metrics(run.metrics)
+    pairs = [
+        (name, f"{fmt(latest[name][0])} (step {latest[name][1]})")
+        for name in SHOWN_METRICS
+        if name in latest
+    ]
+    return kv_table(pairs) if pairs else "<p>none logged yet (no metrics.jsonl)</p>"
+
+
+def completions_html(run: Run, selected: int | None) -> tuple[str, int]:
+    """The controls and one <section> of rows per logged step; and the number of rows."""
+    if not run.steps:
+        return f"<p>{esc(NO_COMPLETIONS)}</p>", 0
+    selected = run.steps[-1] if selected is None else selected
+    legend = "".join(f'<span class="seg-{k}">{esc(t)}</span>' for k, t in SEGMENT_TITLES.items())
+    sections, count = [], 0
+    for step in run.steps:
+        rows = run.rows(step)
+        count += len(rows)
+        body = "".join(row_html(r) for r in rows)
+        sections.append(f'<section class="rows" data-step="{step}">{body}</section>')
+    parts = [controls(run.steps, selected, FILTERS), f'<p class="legend">{legend}</p>', *sections]
+    return "".join(parts), count
+
+
+def run_page(run: Run, step: int | None = None) -> tuple[str, int]:
+    """The page's HTML and the number of completions in it; it opens at `step` (None: the
+    newest logged step)."""
+    if step is not None:
+        run.rows(step)  # an unlogged step is named before anything is written
+    completions, count = completions_html(run, step)
+    body = "".join(
+        [
+            f"<h1>rlvr run {esc(run.path.resolve().name)}</h1>",
+            config_html(run),
+            "<h2>Newest metrics</h2>",
+            metrics_html(run),
+            "<h2>Curves</h2>",
+            curves_html(run.metrics) if run.metrics else "<p>no metrics.jsonl yet</p>",
+            "<h2>Completions</h2>",
+            completions,
+        ]
+    )
+    return page(f"rlvr run {run.path.resolve().name}", body), count
+
+
+def write_run_page(run: Run, path: str | Path, step: int | None = None) -> str:
+    """Write the run's page to `path`; returns what it holds, for the CLI's one line."""
+    text, count = run_page(run, step)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text)
+    return f"{len(run.steps)} logged steps, {count} completions"
