@@ -1,11 +1,22 @@
 """What differed between cells: the recorded, fully resolved config of every cell against
-the baseline cell. Only the compared choice may differ (the recipe and the fields it sets,
-the cell's overrides), plus `seed` and `out`; anything else is a warning, because then
-the comparison no longer changes one thing at a time.
+the baseline cell of the same seed, every differing field listed.
+
+Each difference is one of three kinds:
+- `compared`: a field the comparison is about: the matrix's `compares` list, or, when it
+  has none, the fields its overrides set (and the recipe name itself);
+- `package`: a field the compared recipes (or overrides) set differently that `compares`
+  does not name: the conditions differ in more than the compared choice;
+- `stray`: a field nothing in the matrix explains (a cell left over from another config):
+  a confound, warned about.
+
+The report prints ✔ only when every difference is `compared` and every compared field
+does differ; otherwise ✘ with the list. `seed` and `out` name the run, and `warm_seed`
+may differ between seeds (`warm_seed: per_seed`); none of them is a setting compared here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
@@ -13,7 +24,9 @@ from rlvr.algo.recipes import RECIPES
 from rlvr.compare.results import CellResult
 from rlvr.train.config import RECIPE_KEYS, TrainConfig
 
-ALWAYS_ALLOWED = frozenset({"seed", "out"})
+RUN_IDENTITY = frozenset({"seed", "out"})
+PER_SEED = frozenset({"warm_seed"})
+KINDS = ("compared", "package", "stray")
 
 
 @dataclass(frozen=True)
@@ -24,7 +37,15 @@ class Difference:
     key: str
     baseline_value: Any
     value: Any
-    allowed: bool
+    kind: str
+
+    @property
+    def allowed(self) -> bool:
+        """Explained by the matrix (compared or the recipes' own fields), not a confound."""
+        return self.kind != "stray"
+
+    def text(self) -> str:
+        return f"`{self.key}`: {self.baseline_value!r} → {self.value!r}"
 
     def warning(self) -> str:
         return (
@@ -33,15 +54,21 @@ class Difference:
         )
 
 
-def allowed_keys(cell: CellResult, baseline: CellResult) -> set[str]:
-    """The fields the compared choice explains: the recipe name, each recipe field whose
-    default differs between the two recipes, and every field either cell overrides."""
-    keys = set(ALWAYS_ALLOWED) | set(cell.cell.overrides) | set(baseline.cell.overrides)
+def package_keys(cell: CellResult, baseline: CellResult) -> set[str]:
+    """The fields the matrix sets differently for the two cells: the recipe name, each
+    recipe field whose default differs between the two recipes, and every override."""
+    keys = set(cell.cell.overrides) | set(baseline.cell.overrides)
     mine, theirs = RECIPES.get(cell.cell.recipe), RECIPES.get(baseline.cell.recipe)
     if mine is not None and theirs is not None and mine.name != theirs.name:
         keys.add("recipe")
         keys |= {k for k in RECIPE_KEYS if getattr(mine, k) != getattr(theirs, k)}
     return keys
+
+
+def compared_keys(cell: CellResult, baseline: CellResult, compares: Sequence[str]) -> set[str]:
+    """The declared `compares` fields, else the overrides' fields; always the recipe name."""
+    declared = set(compares) or set(cell.cell.overrides) | set(baseline.cell.overrides)
+    return declared | {"recipe"}
 
 
 def recorded(result: CellResult, key: str) -> Any:
@@ -59,18 +86,32 @@ def recorded(result: CellResult, key: str) -> Any:
     return field.default_factory() if field.default is MISSING else field.default
 
 
-def config_differences(cell: CellResult, baseline: CellResult) -> list[Difference]:
-    """Every field whose value differs between `cell` and `baseline` (`recorded`)."""
-    allowed = allowed_keys(cell, baseline)
-    keys = sorted(set(cell.config) | set(baseline.config))
-    values = {k: (recorded(baseline, k), recorded(cell, k)) for k in keys}
-    return [
-        Difference(
-            cell.cell.name, baseline.cell.name, cell.cell.label, key, *values[key], key in allowed
+def _inert(key: str, cell: CellResult, baseline: CellResult) -> bool:
+    # The KL estimator is multiplied by kl_coef in the loss: with kl_coef 0 in both cells
+    # the two estimators contribute nothing, so their names do not differ in effect.
+    return key == "kl" and recorded(cell, "kl_coef") == 0 == recorded(baseline, "kl_coef")
+
+
+def config_differences(
+    cell: CellResult, baseline: CellResult, compares: Sequence[str] = ()
+) -> list[Difference]:
+    """Every setting whose value differs between `cell` and `baseline` (`recorded`)."""
+    compared = compared_keys(cell, baseline, compares)
+    package = package_keys(cell, baseline)
+    ignored = RUN_IDENTITY | (PER_SEED if cell.cell.seed != baseline.cell.seed else set())
+    keys = sorted(set(cell.config) | set(baseline.config) | compared - ignored)
+    found = []
+    for key in keys:
+        before, after = recorded(baseline, key), recorded(cell, key)
+        if key in ignored or before == after or _inert(key, cell, baseline):
+            continue
+        kind = "compared" if key in compared else "package" if key in package else "stray"
+        found.append(
+            Difference(
+                cell.cell.name, baseline.cell.name, cell.cell.label, key, before, after, kind
+            )
         )
-        for key in keys
-        if values[key][0] != values[key][1]
-    ]
+    return found
 
 
 def baseline_for(cell: CellResult, baselines: dict[int, CellResult]) -> CellResult | None:
@@ -80,7 +121,9 @@ def baseline_for(cell: CellResult, baselines: dict[int, CellResult]) -> CellResu
     return baselines[min(baselines)] if baselines else None
 
 
-def all_differences(results: list[CellResult], baseline_label: str) -> list[Difference]:
+def all_differences(
+    results: list[CellResult], baseline_label: str, compares: Sequence[str] = ()
+) -> list[Difference]:
     """Differences of every non-baseline cell (and every baseline seed) from the baseline."""
     baselines = {r.cell.seed: r for r in results if r.cell.label == baseline_label}
     if not baselines:
@@ -93,5 +136,29 @@ def all_differences(results: list[CellResult], baseline_label: str) -> list[Diff
         other = (
             reference if result.cell.label == baseline_label else baseline_for(result, baselines)
         )
-        found += config_differences(result, other)
+        found += config_differences(result, other, compares)
     return found
+
+
+def difference_check(
+    diffs: Sequence[Difference], labels: Sequence[str], baseline: str, compares: Sequence[str]
+) -> tuple[bool, list[str]]:
+    """(✔?, why not): ✔ iff every difference is a compared field and, when `compares` is
+    declared, each condition other than the baseline differs in every declared field."""
+    beyond: dict[tuple[str, str], list[str]] = {}
+    for d in diffs:
+        if d.kind != "compared":
+            keys = beyond.setdefault((d.label, d.kind), [])
+            keys += [] if d.key in keys else [d.key]
+    why = {"package": "set by the recipes or overrides", "stray": "set by nothing in the matrix"}
+    problems = [
+        f"{label} differs beyond the compared fields in {', '.join(f'`{k}`' for k in keys)} "
+        f"({why[kind]})"
+        for (label, kind), keys in beyond.items()
+    ]
+    for label in labels:
+        seen = {d.key for d in diffs if d.label == label and d.kind == "compared"}
+        missing = [k for k in compares if k not in seen]
+        if label != baseline and missing:
+            problems.append(f"{label} does not differ in compared field(s) {', '.join(missing)}")
+    return not problems, problems

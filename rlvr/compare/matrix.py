@@ -18,10 +18,18 @@ import yaml
 
 from rlvr.checks import check_int
 from rlvr.compare.verdict import hypothesis_from_dict
-from rlvr.train.config import TRAIN_KEYS, apply_override, load_yaml, resolve_config
+from rlvr.train.config import (
+    RECIPE_KEYS,
+    TRAIN_KEYS,
+    apply_override,
+    load_yaml,
+    resolve_config,
+)
 
 BUDGET_MODES = ("steps", "tokens")
 SPEC_KEYS = {"base", "recipes", "overrides", "seeds", "budget", "baseline", "hypothesis"}
+SPEC_KEYS |= {"compares", "warm_seed"}
+WARM_SEEDS = ("shared", "per_seed")
 # Tokens mode needs a step cap too; it only guards against a budget that is never reached.
 DEFAULT_MAX_STEPS = 100_000
 
@@ -42,8 +50,10 @@ class Budget:
             check_int(f"budget.{name}", getattr(self, name))
 
     def describe(self) -> str:
+        # A step is one rollout batch; the optimizer updates per step (minibatches ×
+        # epochs) may differ between cells, so the budget line reports them measured.
         if self.mode == "steps":
-            return f"equal optimizer steps: {self.value} per cell"
+            return f"equal training steps (rollout batches): {self.value} per cell"
         return (
             f"equal generated tokens: each cell stops after the step at which its cumulative "
             f"generated tokens reach {self.value:,} (discarded samples count; cap "
@@ -89,6 +99,12 @@ class MatrixSpec:
     baseline: str | None = None
     hypothesis: dict[str, Any] | None = None
     """Pre-registered claim and predictions (`rlvr.compare.verdict`); the report judges it."""
+    compares: tuple[str, ...] = ()
+    """The config fields the comparison is about; the report's difference check prints ✔
+    only when exactly these differ between conditions (empty: the overrides' fields)."""
+    warm_seed: str = "shared"
+    """'shared': every cell starts from the base config's warm_seed; 'per_seed': cell k's
+    warm start uses warm_seed = k (each cached), so seeds vary the warm start too."""
 
     def __post_init__(self) -> None:
         if not self.recipes:
@@ -115,6 +131,26 @@ class MatrixSpec:
             raise ValueError(f"baseline={self.baseline!r} is not a label; valid: {labels}")
         if self.hypothesis is not None:
             hypothesis_from_dict(self.hypothesis, labels)
+        self._check_compares_and_warm_seed()
+
+    def _check_compares_and_warm_seed(self) -> None:
+        unknown = [k for k in self.compares if k not in TRAIN_KEYS | RECIPE_KEYS]
+        if unknown:
+            raise ValueError(f"compares names unknown config field(s) {unknown}")
+        if self.warm_seed not in WARM_SEEDS:
+            raise ValueError(
+                f"warm_seed={self.warm_seed!r} is unknown; valid: {', '.join(WARM_SEEDS)}"
+            )
+        setters = ["base"] * ("warm_seed" in self.base) + [
+            f"overrides.{label}"
+            for label, values in self.overrides.items()
+            if "warm_seed" in values
+        ]
+        if self.warm_seed == "per_seed" and setters:
+            raise ValueError(
+                f"warm_seed: per_seed sets each cell's warm_seed to its seed; remove warm_seed "
+                f"from {', '.join(setters)}"
+            )
 
     def _conditions(self) -> list[tuple[str, str, dict[str, Any]]]:
         """(label, recipe, overrides) for every compared condition, in order."""
@@ -147,6 +183,8 @@ class MatrixSpec:
                 cell_dir = Path(out_dir) / "cells" / f"{label}-seed{seed}"
                 config = {**self.base, **values, **budget}
                 config.update(recipe=recipe, seed=seed, out=str(cell_dir), progress=False)
+                if self.warm_seed == "per_seed":
+                    config["warm_seed"] = seed
                 try:
                     resolve_config(config)
                 except ValueError as err:
@@ -166,6 +204,8 @@ class MatrixSpec:
             "budget": budget,
             "baseline": self.baseline_label,
             **({"hypothesis": self.hypothesis} if self.hypothesis is not None else {}),
+            **({"compares": list(self.compares)} if self.compares else {}),
+            **({"warm_seed": self.warm_seed} if self.warm_seed != "shared" else {}),
         }
 
 
@@ -197,7 +237,19 @@ def spec_from_dict(data: dict[str, Any]) -> MatrixSpec:
         budget=Budget(**budget),
         baseline=data.get("baseline"),
         hypothesis=data.get("hypothesis"),
+        compares=_field_list("compares", data.get("compares")),
+        warm_seed=data.get("warm_seed", "shared"),
     )
+
+
+def _field_list(name: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{name} must be a list of config field names, got {value!r}")
+    return tuple(value)
 
 
 def load_spec(path: str | Path) -> MatrixSpec:

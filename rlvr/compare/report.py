@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from rlvr.compare.budget import budget_lines
 from rlvr.compare.curves import SigmoidFit, fit_sigmoid
-from rlvr.compare.differences import Difference, all_differences
+from rlvr.compare.differences import Difference, all_differences, difference_check
 from rlvr.compare.matrix import MatrixSpec
 from rlvr.compare.results import COLUMNS, CellResult, load_cell, write_results_csv
 from rlvr.eval.significance import (
@@ -105,7 +106,7 @@ def _paired_items(a: list[CellResult], b: list[CellResult]) -> tuple[np.ndarray,
 
 def paired_table(groups: dict[str, list[CellResult]], baseline: str) -> str:
     header = ["condition", "Δ final acc vs " + baseline, "95% bootstrap CI", "paired seeds",
-              "items better / worse / tied", "sign-test p"]  # fmt: skip
+              "items better / worse / tied", "sign-test p (conditional on the trained models)"]  # fmt: skip
     rows = []
     for label, cells in groups.items():
         if label == baseline or baseline not in groups:
@@ -148,26 +149,41 @@ def fit_table(fits: dict[str, SigmoidFit]) -> str:
     return md_table(header, rows)
 
 
-def differences_section(diffs: list[Difference], baseline: str) -> tuple[str, list[str]]:
-    """The explicit list of what differed between cells, and a warning per stray field."""
+def differences_section(
+    diffs: list[Difference], labels: list[str], baseline: str, compares: tuple[str, ...]
+) -> tuple[str, list[str]]:
+    """Every setting that differed between cells, the ✔/✘ check, and a warning per field
+    nothing in the matrix explains (rlvr/compare/differences.py)."""
+    declared = (
+        f"declared `compares`: {', '.join(compares)}"
+        if compares
+        else ("no `compares` declared: the compared fields are the overrides' fields")
+    )
     lines = [f"Each cell's recorded config.yaml against the `{baseline}` cell (same seed; "
-             "`seed` and `out` always differ and are not listed)."]  # fmt: skip
-    compared: dict[str, dict[str, str]] = {}
+             f"`seed` and `out` always differ and are not listed); {declared}."]  # fmt: skip
+    by_label: dict[str, dict[str, Difference]] = {}
     for d in diffs:
-        if d.allowed and d.key not in {"seed", "out"}:
-            compared.setdefault(d.label, {})[d.key] = f"{d.baseline_value!r} → {d.value!r}"
-    for label, keys in compared.items():
-        changed = ", ".join(f"`{k}`: {v}" for k, v in sorted(keys.items()))
-        lines.append(f"- **{label}**: {changed}")
-    if not compared:
-        lines.append("- no compared field differs (every cell runs the same condition)")
-    warnings = [d.warning() for d in diffs if not d.allowed]
+        by_label.setdefault(d.label, {}).setdefault(d.key, d)
+    for label, found in by_label.items():
+        listed = ", ".join(
+            f"{d.text()}" + ("" if d.kind == "compared" else f" ({d.kind})")
+            for _, d in sorted(found.items())
+        )
+        lines.append(f"- **{label}** ({len(found)} field(s)): {listed}")
+    if not by_label:
+        lines.append("- no setting differs (every cell runs the same condition)")
+    ok, problems = difference_check(diffs, labels, baseline, compares)
+    if ok:
+        lines.append("\nOnly the compared fields differ between conditions. ✔")
+    else:
+        lines.append("\n✘ **More than the compared fields differ** (or a compared field does "
+                     "not); the comparison does not change one thing at a time:")  # fmt: skip
+        lines += [f"- ✘ {p}" for p in problems]
+    warnings = list(dict.fromkeys(d.warning() for d in diffs if d.kind == "stray"))
     if warnings:
-        lines.append("\n**WARNING: cells differ in fields that are not the compared choice; "
+        lines.append("\n**WARNING: cells differ in fields that nothing in the matrix sets; "
                      "the comparison is confounded:**")  # fmt: skip
         lines += [f"- ⚠ {w}" for w in warnings]
-    else:
-        lines.append("\nOnly the compared choice differs between cells. ✔")
     return "\n".join(lines), warnings
 
 
@@ -195,7 +211,8 @@ def _header(spec: MatrixSpec, results, missing: list[str], out: Path) -> str:
     lines = [
         f"# Comparison: {', '.join(spec.labels())} on `{base.get('task', 'arithmetic')}`",
         "",
-        f"- **Budget**: {spec.budget.describe()}.",
+        f"- **Budget** (as set): {spec.budget.describe()}.",
+        *budget_lines(_group(results)),
         f"- **Seeds**: {', '.join(map(str, spec.seeds))}; **baseline**: `{spec.baseline_label}`.",
         f"- **Cells**: {len(results)} finished"
         + (f", {len(missing)} missing: {', '.join(missing)}" if missing else "") + ".",
@@ -250,9 +267,12 @@ def _sections(spec, groups, fits, fit_notes, diff_text, plots, out: Path) -> lis
         summary_table(groups),
         f"## Paired comparisons against `{baseline}`",
         "Δ = mean final accuracy minus the baseline's. The bootstrap (10,000 resamples) "
-        "resamples paired seeds and eval items; the sign test counts eval items whose "
+        "resamples paired seeds and eval items jointly. The sign test counts eval items whose "
         "seed-averaged correctness is higher / lower than the baseline's (exact binomial, "
-        "two-sided; McNemar's exact test with one seed).",
+        "two-sided; McNemar's exact test with one seed): it is **conditional on the trained "
+        "models** (it treats these runs as fixed and ignores run-to-run variance), so it says "
+        "whether these models differ on these items, not whether the recipes do; the verdict "
+        "never uses it.",
         paired_table(groups, baseline),
         "## Compute curves (ScaleRL sigmoid)",
         "R(C) = R0 + (A − R0) / (1 + (C_mid/C)^B) (Khatri et al. 2025, arXiv 2510.13786, "
@@ -277,13 +297,27 @@ def _sections(spec, groups, fits, fit_notes, diff_text, plots, out: Path) -> lis
     ]  # fmt: skip
 
 
-def _verdict(spec: MatrixSpec, results: list[CellResult]) -> str:
-    from rlvr.compare.verdict import hypothesis_from_dict, verdict_section
-
+def study_data(results: list[CellResult]) -> tuple[dict, dict]:
+    """records[label][seed] (metrics.jsonl) and items[label][seed] (final per-item
+    correctness, empty for cells that recorded none) of the finished cells."""
     records: dict[str, dict[int, list]] = {}
+    items: dict[str, dict[int, list]] = {}
     for r in results:
         records.setdefault(r.cell.label, {})[r.cell.seed] = r.records
-    return verdict_section(hypothesis_from_dict(spec.hypothesis, spec.labels()), records)
+        items.setdefault(r.cell.label, {})[r.cell.seed] = r.summary.get("final_eval_items") or []
+    return records, items
+
+
+def _verdict(spec: MatrixSpec, results: list[CellResult]) -> str:
+    from rlvr.compare.verdict import hypothesis_from_dict
+    from rlvr.compare.verdict_report import verdict_section
+
+    records, items = study_data(results)
+    baseline = [r for r in results if r.cell.label == spec.baseline_label] or results
+    eval_items = len(baseline[0].summary.get("final_eval_items") or [])
+    accuracy = float(np.mean([r.summary["final"]["eval/accuracy"] for r in baseline]))
+    hypothesis = hypothesis_from_dict(spec.hypothesis, spec.labels())
+    return verdict_section(hypothesis, records, items, eval_items, accuracy)
 
 
 def build_report(spec: MatrixSpec, out_dir: str | Path) -> Report:
@@ -301,7 +335,10 @@ def build_report(spec: MatrixSpec, out_dir: str | Path) -> Report:
     groups = _group(results)
     fits, fit_notes = fit_curves(groups)
     diff_text, warnings = differences_section(
-        all_differences(results, spec.baseline_label), spec.baseline_label
+        all_differences(results, spec.baseline_label, spec.compares),
+        spec.labels(),
+        spec.baseline_label,
+        spec.compares,
     )
     plots = plot_comparison(results, fits, out / "plots")
     body = [_header(spec, results, missing, out)]

@@ -1,9 +1,17 @@
-"""The report's difference check: a field a cell's config.yaml predates has its default
-value, so a field added to rlvr later is no confound; a real difference still is one."""
+"""The report's difference check: ✔ only when exactly the compared fields differ; a field
+a cell's config.yaml predates has its default value, so a field added to rlvr later is no
+confound; a real difference still is one."""
 
-from rlvr.compare.differences import config_differences, recorded
-from rlvr.compare.matrix import Cell
+from rlvr.compare.differences import (
+    all_differences,
+    config_differences,
+    difference_check,
+    recorded,
+)
+from rlvr.compare.matrix import Cell, spec_from_dict
+from rlvr.compare.report import differences_section
 from rlvr.compare.results import CellResult
+from rlvr.train.config import resolve_config
 
 
 def _result(label: str, config: dict, overrides: dict | None = None) -> CellResult:
@@ -25,3 +33,82 @@ def test_a_real_difference_is_still_one():
     new = _result("b", {"lr": 2e-4, "teacher_kl_coef": 0.5})
     found = {(d.key, d.baseline_value, d.value, d.allowed) for d in config_differences(new, old)}
     assert found == {("lr", 1e-4, 2e-4, False), ("teacher_kl_coef", 0.0, 0.5, False)}
+
+
+# --- the ✔/✘ check over whole matrices (issue 32) ---------------------------------------
+
+
+def _matrix_results(data: dict) -> tuple[list[CellResult], object]:
+    """Each cell of the spec with its fully resolved config, as config.yaml records it."""
+    spec = spec_from_dict({"seeds": [0], **data})
+    cells = spec.cells("/tmp/unused")
+    return [CellResult(c, [], [], {}, resolve_config(c.config).to_dict()) for c in cells], spec
+
+
+def _section(data: dict) -> tuple[str, list[str]]:
+    results, spec = _matrix_results(data)
+    diffs = all_differences(results, spec.baseline_label, spec.compares)
+    return differences_section(diffs, spec.labels(), spec.baseline_label, spec.compares)
+
+
+def test_one_override_is_the_only_difference():
+    text, warnings = _section(
+        {"recipes": ["grpo"], "overrides": {"sym": {}, "high": {"clip_high": 0.28}}}
+    )
+    assert "Only the compared fields differ between conditions. ✔" in text
+    assert "`clip_high`: 0.2 → 0.28" in text and "✘" not in text and warnings == []
+
+
+def test_a_matrix_differing_in_kl_does_not_print_the_tick():
+    # gspo vs grpo, declared as a comparison of the ratio and its clip range: the recipes
+    # also differ in the KL term (k3, β 0.04 vs none) and the zero-advantage skip.
+    text, warnings = _section(
+        {"recipes": ["grpo", "gspo"], "compares": ["ratio", "clip_low", "clip_high"]}
+    )
+    assert "✔" not in text and "✘ **More than the compared fields differ**" in text
+    assert "gspo differs beyond the compared fields in `kl`, `kl_coef`, `zero_adv_skip`" in text
+    assert "`kl_coef`: 0.04 → 0.0 (package)" in text
+    assert warnings == []  # the recipes explain it: a package, not a stray confound
+    # The same KL difference made by an override the comparison does not declare.
+    text, _ = _section(
+        {
+            "recipes": ["grpo"],
+            "overrides": {"a": {"clip_high": 0.2}, "b": {"clip_high": 0.28, "kl_coef": 0.0}},
+            "compares": ["clip_high"],
+        }
+    )
+    assert "✔" not in text and "b differs beyond the compared fields in `kl_coef`" in text
+
+
+def test_undeclared_recipe_comparison_lists_every_field_and_is_not_ticked():
+    results, spec = _matrix_results({"recipes": ["grpo", "dr_grpo"]})
+    diffs = all_differences(results, "grpo")
+    assert {d.key for d in diffs} == {"recipe", "advantage", "aggregation", "kl", "kl_coef"}
+    ok, problems = difference_check(diffs, spec.labels(), "grpo", ())
+    assert not ok and len(problems) == 1
+
+
+def test_matched_kl_leaves_only_the_compared_fields():
+    # kl_coef 0 in the base for both: the estimator's name (k3 vs none) no longer acts.
+    text, _ = _section(
+        {
+            "base": {"kl_coef": 0.0},
+            "recipes": ["grpo", "dr_grpo"],
+            "compares": ["advantage", "aggregation"],
+        }
+    )
+    assert "Only the compared fields differ between conditions. ✔" in text
+
+
+def test_a_declared_field_that_does_not_differ_is_not_ticked():
+    results, spec = _matrix_results(
+        {
+            "recipes": ["grpo"],
+            "overrides": {"a": {}, "b": {"lr": 2e-4}},
+            "compares": ["lr", "clip_high"],
+        }
+    )
+    ok, problems = difference_check(
+        all_differences(results, "a", spec.compares), spec.labels(), "a", spec.compares
+    )
+    assert not ok and problems == ["b does not differ in compared field(s) clip_high"]

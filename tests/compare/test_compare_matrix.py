@@ -29,13 +29,17 @@ def test_report_has_every_part(finished_matrix):
     assert report.warnings == []
     text = report.path.read_text()
     for part in ("Paired comparisons against `grpo`", "ScaleRL sigmoid", "Eval-set size",
-                 "Only the compared choice differs", "equal optimizer steps: 2",
+                 "equal training steps (rollout batches): 2",
+                 "optimizer updates (2 per cell, measured)",
                  "Matrix wall time", "over 1 invocation"):  # fmt: skip
         assert part in text
     invocation = json.loads((finished_matrix / "invocations.jsonl").read_text().splitlines()[0])
     assert f"- **Command** (ran cells): `{shlex.join(['rlvr', *invocation['argv']])}`" in text
-    # dr_grpo's differences from grpo are recipe fields, listed explicitly
-    assert "**dr_grpo**: " in text and "`recipe`: 'grpo' → 'dr_grpo'" in text
+    # dr_grpo's differences from grpo are recipe fields, listed explicitly; with no
+    # `compares` declared they are more than the compared choice: no tick
+    assert "**dr_grpo** (5 field(s)): " in text and "`recipe`: 'grpo' → 'dr_grpo'" in text
+    assert "✔" not in text and "dr_grpo differs beyond the compared fields in `advantage`" in text
+    assert "equal optimizer steps" not in text
     assert sorted(p.name for p in report.plots) == sorted(
         ["accuracy_vs_step.png", "accuracy_vs_tokens.png", "accuracy_vs_wall.png",
          "response_length.png", "clip_fraction.png", "compute_fit.png"]

@@ -12,8 +12,8 @@ from rlvr.compare.verdict import (
     judge,
     judge_prediction,
     study_verdict,
-    verdict_section,
 )
+from rlvr.compare.verdict_report import verdict_section
 
 # t_{0.975, 4} = 2.7764. Differences 1..5: mean 3, s = √2.5 = 1.5811, s/√5 = 0.7071,
 # half-width 2.7764 · 0.7071 = 1.9632 → CI [1.0368, 4.9632].
