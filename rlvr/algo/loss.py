@@ -9,7 +9,9 @@ from rlvr.algo.aggregation import aggregate
 from rlvr.algo.ratios import sequence_tis_weight, token_tis_weight
 from rlvr.algo.recipes import Recipe
 from rlvr.algo.registry import KL_ESTIMATORS, RATIOS, SURROGATES
+from rlvr.algo.regularizers import importance_corrected
 from rlvr.algo.step_stats import StepStats
+from rlvr.algo.token_selection import top_entropy_mask
 
 
 def policy_loss(
@@ -33,7 +35,7 @@ def policy_loss(
     function of tensors and scalars.
     """
     ratio, out, per_token = _policy_terms(
-        recipe, logprobs, old_logprobs, advantages, response_mask, sampler_logprobs
+        recipe, logprobs, old_logprobs, advantages, response_mask, sampler_logprobs, entropy
     )
     stats = StepStats()
     loss = aggregate(per_token, loss_weights)
@@ -41,11 +43,15 @@ def policy_loss(
     if recipe.needs_reference and not recipe.kl_in_reward:
         if ref_logprobs is None:
             raise ValueError(f"kl={recipe.kl!r} in the loss needs ref_logprobs")
-        kl = aggregate(KL_ESTIMATORS.get(recipe.kl).fn(logprobs, ref_logprobs), loss_weights)
+        per_token_kl = KL_ESTIMATORS.get(recipe.kl).fn(logprobs, ref_logprobs)
+        if recipe.kl_ratio_correction:
+            per_token_kl = importance_corrected(per_token_kl, ratio)
+        kl = aggregate(per_token_kl, loss_weights)
         loss = loss + recipe.kl_coef * kl
         stats.add("loss/kl", kl.detach())
     if recipe.entropy_coef and entropy is not None:
-        ent = aggregate(entropy, loss_weights)
+        # With an entropy quantile the bonus acts on the same tokens as the policy term (TRL).
+        ent = aggregate(entropy, loss_weights * _entropy_selection(recipe, entropy, response_mask))
         loss = loss - recipe.entropy_coef * ent
         stats.add("loss/entropy", ent.detach())
     if recipe.nll_coef and nll_weights is not None:
@@ -54,7 +60,14 @@ def policy_loss(
         stats.add("loss/nll", nll.detach())
     _clip_stats(stats, ratio.detach(), advantages, response_mask, out, recipe)
     moving = gradient_tokens(
-        recipe, logprobs, old_logprobs, advantages, loss_weights, response_mask, sampler_logprobs
+        recipe,
+        logprobs,
+        old_logprobs,
+        advantages,
+        loss_weights,
+        response_mask,
+        sampler_logprobs,
+        entropy,
     )
     valid = response_mask > 0
     stats.add_ratio("grad/token_frac", moving.sum(), valid.sum())
@@ -71,6 +84,7 @@ def gradient_tokens(
     loss_weights: torch.Tensor,
     response_mask: torch.Tensor,
     sampler_logprobs: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(N, T) bool: response tokens t with ∂(Σ w·ℓ·TIS)/∂logπ_t ≠ 0, i.e. the tokens the
     policy term of the update moves. Recomputed on a detached copy of `logprobs` (the
@@ -80,7 +94,7 @@ def gradient_tokens(
     leaf = logprobs.detach().requires_grad_(True)
     with torch.enable_grad():
         _, _, per_token = _policy_terms(
-            recipe, leaf, old_logprobs, advantages, response_mask, sampler_logprobs
+            recipe, leaf, old_logprobs, advantages, response_mask, sampler_logprobs, entropy
         )
         (grad,) = torch.autograd.grad(aggregate(per_token, loss_weights), leaf, allow_unused=True)
     if grad is None:
@@ -88,19 +102,37 @@ def gradient_tokens(
     return (grad != 0) & (response_mask > 0)
 
 
-def _policy_terms(recipe, logprobs, old_logprobs, advantages, response_mask, sampler_logprobs):
+def _policy_terms(
+    recipe, logprobs, old_logprobs, advantages, response_mask, sampler_logprobs, entropy=None
+):
     """The recipe's ratio ρ, its surrogate's output and the per-token policy loss
-    ℓ(ρ, Â)·TIS (TIS only with a cap and sampler log-probs)."""
+    ℓ(ρ, Â)·TIS·E (TIS only with a cap and sampler log-probs; E the top-entropy tokens)."""
     ratio_choice = RATIOS.get(recipe.ratio)
     ratio = ratio_choice.fn(logprobs, old_logprobs, response_mask)
-    out = SURROGATES.get(recipe.surrogate).fn(ratio, advantages, logprobs, recipe.params)
-    per_token = out.loss
+    surrogate = SURROGATES.get(recipe.surrogate)
+    extra = {"response_mask": response_mask} if surrogate.needs_mask else {}
+    out = surrogate.fn(ratio, advantages, logprobs, recipe.params, **extra)
+    per_token = out.loss * _entropy_selection(recipe, entropy, response_mask)
     if recipe.tis_cap is not None and sampler_logprobs is not None:
         tis = (sequence_tis_weight if ratio_choice.sequence_level else token_tis_weight)(
             old_logprobs, sampler_logprobs, response_mask, recipe.tis_cap
         )
         per_token = per_token * tis
     return ratio, out, per_token
+
+
+def _entropy_selection(recipe: Recipe, entropy, response_mask) -> torch.Tensor | float:
+    """1 everywhere, or with top_entropy_quantile ρ < 1 the 0/1 mask of the top-ρ entropy
+    tokens (rlvr/algo/token_selection.py), which alone keep a policy gradient."""
+    if recipe.top_entropy_quantile >= 1.0:
+        return 1.0
+    if entropy is None:
+        raise ValueError(
+            f"top_entropy_quantile={recipe.top_entropy_quantile} selects tokens by their "
+            "entropy, but no per-token entropy was given (the trainer computes it when "
+            "log_entropy is on; rlvr audit has no logits to compute it from)"
+        )
+    return top_entropy_mask(entropy, response_mask, recipe.top_entropy_quantile).to(entropy.dtype)
 
 
 def _clip_stats(stats: StepStats, ratio, advantages, mask, out, recipe: Recipe) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 # Importing the modules that define the built-in choices registers them.
 from rlvr.algo import (  # noqa: F401
     aggregation,
+    covariance,
     gae,
     ratios,
     regularizers,
@@ -94,6 +95,23 @@ class Recipe:
     teacher_weight: float = _doc(
         "λ in Â = Â_outcome + λ·A_teacher (with advantage 'none': the teacher alone)", 1.0
     )
+    sapo_tau_pos: float = _doc("SAPO gate temperature τ where Â > 0 (sapo)", 1.0)
+    sapo_tau_neg: float = _doc("SAPO gate temperature τ where Â ≤ 0 (sapo)", 1.05)
+    cov_ratio: float = _doc(
+        "fraction of valid tokens selected by covariance (clip_cov, kl_cov)", 2e-4
+    )
+    clip_cov_lb: float = _doc("Clip-Cov candidates have lb < Cov < ub: the lb (clip_cov)", 1.0)
+    clip_cov_ub: float = _doc("Clip-Cov candidates have lb < Cov < ub: the ub (clip_cov)", 5.0)
+    kl_cov_coef: float = _doc("coefficient of |logπ − logπ_old| on KL-Cov's tokens (kl_cov)", 1.0)
+    is_cap: float = _doc("cap C of DPPO's detached IS weight min(ρ, C) (dppo_tv)", 20.0)
+    top_entropy_quantile: float = _doc(
+        "ρ: only the top-ρ fraction of valid tokens by entropy keep a policy gradient (the "
+        "80/20 rule: 0.2); 1.0: every token",
+        1.0,
+    )
+    kl_ratio_correction: bool = _doc(
+        "multiply the KL in the loss by the ratio π/π_old (TRL's use_bias_correction_kl)", False
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -128,6 +146,7 @@ class Recipe:
             raise ValueError(f"retire_threshold must be in (0, 1], got {self.retire_threshold}")
         _check_ranges(self)
         _check_teacher(self)
+        _check_surrogate_fields(self)
         if self.dynamic_sampling_key not in SAMPLING_KEYS:
             raise ValueError(
                 f"dynamic_sampling_key must be one of {', '.join(SAMPLING_KEYS)}, got "
@@ -151,6 +170,13 @@ class Recipe:
             lam=self.lam,
             vapo_alpha=self.vapo_alpha,
             kl_coef=self.kl_coef if self.kl_in_reward else 0.0,
+            sapo_tau_pos=self.sapo_tau_pos,
+            sapo_tau_neg=self.sapo_tau_neg,
+            cov_ratio=self.cov_ratio,
+            clip_cov_lb=self.clip_cov_lb,
+            clip_cov_ub=self.clip_cov_ub,
+            kl_cov_coef=self.kl_cov_coef,
+            is_cap=self.is_cap,
         )
 
     @property
@@ -172,6 +198,13 @@ def _check_ranges(recipe: Recipe) -> None:
         "entropy_coef": recipe.entropy_coef >= 0.0,
         "teacher_kl_coef": recipe.teacher_kl_coef >= 0.0,
         "teacher_weight": recipe.teacher_weight > 0.0,
+        "sapo_tau_pos": recipe.sapo_tau_pos > 0.0,
+        "sapo_tau_neg": recipe.sapo_tau_neg > 0.0,
+        "cov_ratio": 0.0 < recipe.cov_ratio <= 1.0,
+        "clip_cov_ub": recipe.clip_cov_ub > recipe.clip_cov_lb,
+        "kl_cov_coef": recipe.kl_cov_coef >= 0.0,
+        "is_cap": recipe.is_cap > 0.0,
+        "top_entropy_quantile": 0.0 <= recipe.top_entropy_quantile <= 1.0,
     }
     valid = {
         "gamma": "in (0, 1]",
@@ -185,6 +218,13 @@ def _check_ranges(recipe: Recipe) -> None:
         "entropy_coef": "≥ 0",
         "teacher_kl_coef": "≥ 0",
         "teacher_weight": "> 0",
+        "sapo_tau_pos": "> 0",
+        "sapo_tau_neg": "> 0",
+        "cov_ratio": "in (0, 1]",
+        "clip_cov_ub": "> clip_cov_lb",
+        "kl_cov_coef": "≥ 0",
+        "is_cap": "> 0",
+        "top_entropy_quantile": "in [0, 1]",
     }
     for name, ok in checks.items():
         if not ok:
@@ -208,6 +248,44 @@ def _check_teacher(recipe: Recipe) -> None:
         )
 
 
+# Fields only some surrogates read: set on another built-in surrogate they cannot take effect.
+_SURROGATE_FIELDS = {
+    "sapo_tau_pos": ("sapo",),
+    "sapo_tau_neg": ("sapo",),
+    "cov_ratio": ("clip_cov", "kl_cov"),
+    "clip_cov_lb": ("clip_cov",),
+    "clip_cov_ub": ("clip_cov",),
+    "kl_cov_coef": ("kl_cov",),
+    "is_cap": ("dppo_tv",),
+}
+
+
+def _check_surrogate_fields(recipe: Recipe) -> None:
+    """A surrogate's own field moved off its default under another built-in surrogate, or
+    a KL correction without a KL in the loss, is an error: it would silently do nothing."""
+    defaults = {f.name: f.default for f in fields(Recipe)}
+    for name, readers in _SURROGATE_FIELDS.items():
+        moved = getattr(recipe, name) != defaults[name]
+        if moved and ":" not in recipe.surrogate and recipe.surrogate not in readers:
+            raise ValueError(
+                f"{name}={getattr(recipe, name)!r} is read only by surrogate "
+                f"{' or '.join(readers)}, not {recipe.surrogate!r}; remove it or change surrogate"
+            )
+    if recipe.zero_adv_skip and SURROGATES.get(recipe.surrogate).per_micro_batch:
+        raise ValueError(
+            f"zero_adv_skip=True with surrogate={recipe.surrogate!r}: its token statistics are "
+            "over every row of the micro-batch, so skipping rows would change its gradient"
+        )
+    if recipe.kl_ratio_correction and not (recipe.needs_reference and not recipe.kl_in_reward):
+        raise ValueError(
+            "kl_ratio_correction=True weighs a KL in the loss by π/π_old; it needs kl set, "
+            "kl_coef > 0 and kl_in_reward=False"
+        )
+
+
+_SAPO = "Gao 2025, SAPO (arXiv 2511.20347)"
+_GMPO = "Zhao 2025, GMPO (arXiv 2507.20673)"
+_COV = "Cui 2025, The Entropy Mechanism of RL for Reasoning LMs (arXiv 2505.22617)"
 _GRPO = "Shao 2024, DeepSeekMath (arXiv 2402.03300)"
 _OPD = "Agarwal 2024, GKD (arXiv 2306.13649); Thinking Machines 2025, On-Policy Distillation"
 _OPSD = "Zhao 2026, OPSD (arXiv 2601.18734): the frozen student as teacher, seeing the solution"
@@ -329,6 +407,36 @@ RECIPES: dict[str, Recipe] = {
             surrogate="reinforce",
             aggregation="token_mean",
             teacher_kl_coef=1.0,
+        ),
+        # Second-generation surrogates (issue 29), each with the defaults of the peer code
+        # it is checked against (tests/algo/peers): verl core_algos.py, TRL grpo_trainer.py.
+        Recipe("sapo", f"{_SAPO}; verl loss_mode=sapo, TRL loss_type=sapo", surrogate="sapo"),
+        Recipe(
+            "gmpo",
+            f"{_GMPO}; verl loss_mode=geo_mean, TRL GMPOTrainer: log-ratio clip ±0.4",
+            surrogate="gmpo",
+            clip_low=0.4,
+            clip_high=0.4,
+        ),
+        Recipe(
+            "clip_cov",
+            f"{_COV}; verl loss_mode=clip_cov",
+            surrogate="clip_cov",
+            aggregation="token_mean",
+        ),
+        Recipe(
+            "kl_cov",
+            f"{_COV}; verl loss_mode=kl_cov",
+            surrogate="kl_cov",
+            aggregation="token_mean",
+        ),
+        Recipe(
+            "dppo",
+            "Qi 2026, DPPO-Binary-TV (arXiv 2602.04879); TRL DPPOTrainer (binary_tv)",
+            surrogate="dppo_tv",
+            clip_low=0.15,
+            clip_high=0.15,
+            aggregation="token_mean",
         ),
     )
 }

@@ -11,7 +11,8 @@ any built-in choice does (docs/extending.md).
 Uniform signatures (docs/algorithms.md §1–6):
 - advantage:   fn(batch: AdvantageBatch, params: Params) -> (Â (N, T), value targets or None)
 - ratio:       fn(logprobs, old_logprobs, response_mask) -> ρ (N, T)
-- surrogate:   fn(ratio, advantages, logprobs, params: Params) -> SurrogateOut
+- surrogate:   fn(ratio, advantages, logprobs, params: Params) -> SurrogateOut; one
+               registered with needs_mask=True also gets response_mask=(N, T) by keyword
 - aggregation: fn(response_mask, group_ids, max_new_tokens) -> per-response weight (N,)
 - kl:          fn(logprobs, ref_logprobs) -> k (N, T)
 - selection:   fn(correct, rewards, group_ids) -> keep (N,) bool; the name is the recipe's
@@ -37,6 +38,14 @@ class Params:
     lam: float = 0.95
     vapo_alpha: float = 0.05
     kl_coef: float = 0.0  # β of a KL that enters the token rewards (0 when it is in the loss)
+    # Second-generation surrogates (issue 29; docs/algorithms.md §3).
+    sapo_tau_pos: float = 1.0  # SAPO gate temperature for Â > 0
+    sapo_tau_neg: float = 1.05  # SAPO gate temperature for Â ≤ 0
+    cov_ratio: float = 0.0002  # Clip-Cov / KL-Cov: fraction of tokens selected by covariance
+    clip_cov_lb: float = 1.0  # Clip-Cov: covariance band (lb, ub) of the candidates
+    clip_cov_ub: float = 5.0
+    kl_cov_coef: float = 1.0  # KL-Cov: coefficient of |Δ| on the selected tokens
+    is_cap: float = 20.0  # DPPO: cap C of the detached IS weight min(ρ, C)
 
 
 class AdvantageBatch(NamedTuple):
@@ -130,7 +139,7 @@ class Registry:
 
 ADVANTAGES = Registry("advantage", needs_critic=False, token_rewards=False, group_baseline=False)
 RATIOS = Registry("ratio", sequence_level=False)
-SURROGATES = Registry("surrogate")
+SURROGATES = Registry("surrogate", needs_mask=False, per_micro_batch=False)
 AGGREGATIONS = Registry("aggregation")
 KL_ESTIMATORS = Registry("kl")
 SELECTIONS = Registry("selection")
@@ -150,9 +159,13 @@ def register_ratio(name: str, **attrs: Any) -> Callable:
     return RATIOS.register(name, **attrs)
 
 
-def register_surrogate(name: str) -> Callable:
-    """Decorator: a per-token surrogate loss, fn(ratio, advantages, logprobs, params)."""
-    return SURROGATES.register(name)
+def register_surrogate(name: str, **attrs: Any) -> Callable:
+    """Decorator: a per-token surrogate loss, fn(ratio, advantages, logprobs, params).
+
+    Properties: needs_mask (it reads the response mask, passed as `response_mask=`, e.g.
+    for a sequence mean); per_micro_batch (it reads statistics of all the rows it is given,
+    so its gradient depends on the micro-batch split and no row may be skipped)."""
+    return SURROGATES.register(name, **attrs)
 
 
 def register_aggregation(name: str) -> Callable:

@@ -1,4 +1,5 @@
-"""KL estimators, entropy, value loss and the soft overlong length penalty (docs/algorithms.md §5–6)."""
+"""KL estimators (k1, k2, k3, k3+, the importance correction), value loss and the soft
+overlong length penalty (docs/algorithms.md §5–6)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,23 @@ def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """
     delta = (logprobs - ref_logprobs).clamp(-20.0, 20.0)
     return torch.exp(-delta) + delta - 1.0
+
+
+@register_kl("k3+")
+def kl_k3_k2_grad(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k3's value with k2's gradient: k = sg(k3) + k2 − sg(k2) (verl's straight-through
+    "k3+" in `kl_penalty`; Schulman 2020). In the loss, E_π[∇k2] = E_π[Δ_ref·∇logπ] is
+    the gradient of each token's KL(π‖π_ref), while E_π[∇k3] is that of the reverse
+    KL(π_ref‖π) (docs/algorithms.md §5, "Which KL gradient"; tests/algo/test_algo_kl_bias.py)."""
+    k2 = kl_k2(logprobs, ref_logprobs)
+    return kl_k3(logprobs, ref_logprobs).detach() + k2 - k2.detach()
+
+
+def importance_corrected(kl: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+    """ρ·k: the KL estimate weighted by the importance ratio π/π_old, gradient through both
+    (DeepSeek-V3.2, arXiv 2512.02556; TRL's `use_bias_correction_kl`). Tokens are
+    sampled from π_old, so E_{π_old}[ρ·k3] = E_π[k3] = KL(π‖π_ref) off-policy too."""
+    return kl * ratio
 
 
 def value_loss(

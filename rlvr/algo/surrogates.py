@@ -94,3 +94,77 @@ def reinforce(
     loss = -ratio.detach() * advantages * logprobs
     never = torch.zeros_like(ratio, dtype=torch.bool)
     return SurrogateOut(loss, never, never)
+
+
+@register_surrogate("sapo")
+def sapo(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    logprobs: torch.Tensor,
+    params: Params,
+) -> SurrogateOut:
+    """SAPO (Gao 2025, arXiv 2511.20347): ℓ = −f_τ(ρ)·Â, f_τ(ρ) = (4/τ)·σ(τ·(ρ − 1)).
+
+    A soft gate replaces the clip: ∂ℓ/∂logπ = −4·σ(1 − σ)·ρ·Â is −Â at ρ = 1 and fades
+    smoothly as ρ leaves 1, never to exactly 0. τ = τ_pos where Â > 0, τ_neg otherwise
+    (1.0 / 1.05, as verl's `compute_policy_loss_sapo` and TRL's `loss_type="sapo"`; a
+    larger τ_neg fades negative updates faster). No token is "clipped" (docs/algorithms.md §3).
+    """
+    temperature = torch.where(advantages > 0, params.sapo_tau_pos, params.sapo_tau_neg)
+    gate = torch.sigmoid(temperature * (ratio - 1.0)) * (4.0 / temperature)
+    never = torch.zeros_like(ratio, dtype=torch.bool)
+    return SurrogateOut(-gate * advantages, never, never)
+
+
+@register_surrogate("gmpo", needs_mask=True)
+def gmpo(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    logprobs: torch.Tensor,
+    params: Params,
+    *,
+    response_mask: torch.Tensor,
+) -> SurrogateOut:
+    """GMPO (Zhao 2025, arXiv 2507.20673, §3): ℓ_i = −Ā_i·exp((1/|y_i|) Σ_t m_t·Δ̃_t).
+
+    The geometric mean of the token ratios, each clipped in log space with PPO's
+    sign-aware min: Δ̃_t = min(Δ_t, ε_high) where Â > 0, max(Δ_t, −ε_low) otherwise, so
+    the bounds are ratios exp(−clip_low), exp(clip_high) (the paper's §4: (e^−0.4, e^0.4)).
+    Ā_i is the response's mean advantage; ℓ_i is broadcast over its tokens, so
+    `seq_mean_token_mean` gives the peers' mean over responses. Expects the token ratio.
+    """
+    log_ratio = torch.log(ratio)  # (N, T) Δ_t, gradient 1 per token
+    clipped = torch.where(
+        advantages > 0, log_ratio.clamp(max=params.clip_high), log_ratio.clamp(min=-params.clip_low)
+    )
+    lengths = response_mask.sum(-1).clamp(min=1)
+    seq_ratio = ((clipped * response_mask).sum(-1) / lengths).exp()  # (N,)
+    seq_advantage = (advantages * response_mask).sum(-1) / lengths  # (N,)
+    loss = (-seq_advantage * seq_ratio)[:, None].expand_as(ratio)
+    low = (advantages < 0) & (log_ratio.detach() < -params.clip_low)
+    high = (advantages > 0) & (log_ratio.detach() > params.clip_high)
+    return SurrogateOut(loss, low, high)
+
+
+@register_surrogate("dppo_tv")
+def dppo_tv(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    logprobs: torch.Tensor,
+    params: Params,
+) -> SurrogateOut:
+    """DPPO-Binary-TV (Qi 2026, arXiv 2602.04879): ℓ = −M·sg(min(ρ, C))·Â·logπ.
+
+    A binary trust-region mask on the sampled token's probability change instead of a
+    ratio clip: M = 0 where Â > 0 and π − π_old > δ_high, or Â ≤ 0 and π_old − π > δ_low
+    (δ = clip_low / clip_high, 0.15 in the paper; C = is_cap, 20). Inside, every token keeps
+    CISPO's gradient −w·Â. The paper anchors π_old to the sampler (see docs/conventions.md).
+    """
+    prob = logprobs.detach().exp()
+    old_prob = (logprobs.detach() - torch.log(ratio.detach())).exp()
+    rose_too_far = (prob - old_prob) > params.clip_high
+    fell_too_far = (old_prob - prob) > params.clip_low
+    outside = torch.where(advantages > 0, rose_too_far, fell_too_far)
+    weight = ratio.detach().clamp(max=params.is_cap) * (~outside)
+    loss = -weight * advantages * logprobs
+    return SurrogateOut(loss, outside & (advantages < 0), outside & (advantages > 0))

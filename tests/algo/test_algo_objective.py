@@ -17,7 +17,7 @@ from algo_testlib import (
 
 from rlvr.algo import RECIPES, get_recipe, policy_loss, prepare_batch, selection_metrics
 from rlvr.algo.advantages import EPS
-from rlvr.algo.registry import AGGREGATIONS
+from rlvr.algo.registry import AGGREGATIONS, SURROGATES
 
 close = torch.testing.assert_close
 
@@ -148,12 +148,14 @@ def test_sequence_token_equals_sequence_for_constant_advantages(aggregation, cli
 
 # Every named recipe whose zero-advantage rows carry no gradient at all: no KL in the loss
 # or in the reward, no critic (GAE gives them non-zero Â), no entropy or NLL term, no
-# teacher (its term gives uniform groups non-zero Â).
+# teacher (its term gives uniform groups non-zero Â), no per-micro-batch surrogate (Clip-Cov,
+# KL-Cov: zero-advantage rows enter their token statistics, so Recipe refuses the skip).
 SKIPPABLE = sorted(
     name
     for name, r in RECIPES.items()
     if not (r.needs_reference or r.needs_critic or r.entropy_coef or r.nll_coef)
     and not r.teacher_kl_coef
+    and not SURROGATES.get(r.surrogate).per_micro_batch
 )
 
 

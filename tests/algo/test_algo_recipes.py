@@ -37,6 +37,17 @@ TABLE = {
     "opd": ("none", "token", "reinforce", 0.8, 1.2, "token_mean", None, False),
     "opsd": ("none", "token", "reinforce", 0.8, 1.2, "token_mean", None, False),
 }
+# Second-generation surrogates (issue 29); gmpo's clip is in log space (±0.4), dppo's is
+# DPPO's TV threshold (0.15): the table holds 1 − clip_low and 1 + clip_high as elsewhere.
+NEW_SURROGATE_RECIPES = {
+    "sapo": ("group_norm", "token", "sapo", 0.8, 1.2, "seq_mean_token_mean", None, False),
+    "gmpo": ("group_norm", "token", "gmpo", 0.6, 1.4, "seq_mean_token_mean", None, False),
+    "clip_cov": ("group_norm", "token", "clip_cov", 0.8, 1.2, "token_mean", None, False),
+    "kl_cov": ("group_norm", "token", "kl_cov", 0.8, 1.2, "token_mean", None, False),
+    "dppo": ("group_norm", "token", "dppo_tv", 0.85, 1.15, "token_mean", None, False),
+}
+NAMES |= set(NEW_SURROGATE_RECIPES)
+TABLE.update(NEW_SURROGATE_RECIPES)
 
 
 def test_all_named_recipes_exist():

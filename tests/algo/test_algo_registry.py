@@ -30,7 +30,8 @@ def test_every_registered_name_is_in_the_contract():
     for registry in (ADVANTAGES, RATIOS, SURROGATES, AGGREGATIONS):
         for name in registry.names():
             assert f"`{name}`" in DOC, f"{registry.kind} {name!r} is not in docs/algorithms.md"
-    assert [f"{name} =" in DOC for name in KL_ESTIMATORS.names()] == [True] * 3
+    for name in KL_ESTIMATORS.names():  # k1 = …, k2 = …, k3 = … or a row `k3+`
+        assert f"{name} =" in DOC or f"`{name}`" in DOC, f"kl {name!r} is not in algorithms.md"
 
 
 def test_properties_live_on_the_entries():

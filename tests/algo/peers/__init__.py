@@ -1,0 +1,1 @@
+"""Peer reference implementations, transcribed for equality tests only (never imported by rlvr)."""
