@@ -156,7 +156,7 @@ def item(uid: str, answer: str, texts: list[str], prompt: str = "Q: 1+1=? A:") -
         "mean_tokens": 13.0,
         "samples": samples,
         "pass@1": c / n,
-        "pass@2": 1 - (n - c) * (n - c - 1) / (n * (n - 1)),
+        **({"pass@2": 1 - (n - c) * (n - c - 1) / (n * (n - 1))} if n >= 2 else {}),
     }
 
 
