@@ -18,7 +18,7 @@ from rlvr.algo.registry import AGGREGATIONS, SURROGATES
 
 # Every named recipe, read from the registry of recipes: a new recipe cannot skip this test,
 # unless its surrogate declares per_micro_batch (Clip-Cov, KL-Cov: token statistics over the
-# rows given, as verl computes them; tests/algo/test_algo_cov_microbatch.py shows the split
+# rows given, as verl computes them; tests/algo/test_algo_surrogates_v2.py shows the split
 # changes them).
 NAMES = sorted(n for n, r in RECIPES.items() if not SURROGATES.get(r.surrogate).per_micro_batch)
 
