@@ -6,10 +6,15 @@ from __future__ import annotations
 import torch
 
 from rlvr.algo.aggregation import aggregate
-from rlvr.algo.ratios import sequence_tis_weight, token_tis_weight
 from rlvr.algo.recipes import Recipe
 from rlvr.algo.registry import KL_ESTIMATORS, RATIOS, SURROGATES
 from rlvr.algo.regularizers import importance_corrected
+from rlvr.algo.rollout_correction import (
+    ROLLOUT_CORRECTIONS,
+    divergence_rejection_mask,
+    mismatch_sums,
+    offpolicy_sequence_mask,
+)
 from rlvr.algo.step_stats import StepStats
 from rlvr.algo.token_selection import top_entropy_mask
 
@@ -59,6 +64,8 @@ def policy_loss(
         loss = loss + recipe.nll_coef * nll
         stats.add("loss/nll", nll.detach())
     _clip_stats(stats, ratio.detach(), advantages, response_mask, out, recipe)
+    if sampler_logprobs is not None:
+        _mismatch_stats(stats, recipe, old_logprobs, sampler_logprobs, response_mask)
     moving = gradient_tokens(
         recipe,
         logprobs,
@@ -113,12 +120,36 @@ def _policy_terms(
     extra = {"response_mask": response_mask} if surrogate.needs_mask else {}
     out = surrogate.fn(ratio, advantages, logprobs, recipe.params, **extra)
     per_token = out.loss * _entropy_selection(recipe, entropy, response_mask)
-    if recipe.tis_cap is not None and sampler_logprobs is not None:
-        tis = (sequence_tis_weight if ratio_choice.sequence_level else token_tis_weight)(
-            old_logprobs, sampler_logprobs, response_mask, recipe.tis_cap
-        )
-        per_token = per_token * tis
+    correction = _rollout_correction(
+        recipe, logprobs, old_logprobs, advantages, response_mask, sampler_logprobs
+    )
+    if correction is not None:
+        per_token = per_token * correction
     return ratio, out, per_token
+
+
+def _rollout_correction(recipe, logprobs, old_logprobs, advantages, response_mask, sampler):
+    """The product of the recipe's rollout-correction weight, divergence rejection and
+    off-policy sequence mask (rlvr/algo/rollout_correction.py), or None when none is on.
+    Without sampler log-probs only the off-policy mask applies, against π_old (as TRL)."""
+    choice, lower, upper = recipe.correction
+    weight = None
+    if sampler is not None and choice is not None:
+        weight = ROLLOUT_CORRECTIONS.get(choice).fn(
+            old_logprobs, sampler, response_mask, lower, upper
+        )
+    if sampler is not None and recipe.rc_reject is not None:
+        reject = divergence_rejection_mask(
+            old_logprobs, sampler, response_mask, recipe.rc_reject, recipe.rc_reject_max
+        )
+        weight = reject if weight is None else weight * reject
+    if recipe.offpolicy_mask_delta is not None:
+        behaviour = old_logprobs if sampler is None else sampler
+        keep = offpolicy_sequence_mask(
+            logprobs, behaviour, advantages, response_mask, recipe.offpolicy_mask_delta
+        )
+        weight = keep if weight is None else weight * keep
+    return weight
 
 
 def _entropy_selection(recipe: Recipe, entropy, response_mask) -> torch.Tensor | float:
@@ -133,6 +164,26 @@ def _entropy_selection(recipe: Recipe, entropy, response_mask) -> torch.Tensor |
             "log_entropy is on; rlvr audit has no logits to compute it from)"
         )
     return top_entropy_mask(entropy, response_mask, recipe.top_entropy_quantile).to(entropy.dtype)
+
+
+MISMATCH_MAX = "rollout/mismatch_max_abs_log_ratio"
+"""A maximum, not a sum: one call's value is exact; `policy_update` takes the max over
+micro-batches and ranks."""
+
+
+def _mismatch_stats(stats: StepStats, recipe: Recipe, old_logprobs, sampler, mask) -> None:
+    """rollout/mismatch_* from the tensors the loss uses, whether or not a correction is on;
+    the band is the correction's, (1/rc_upper, rc_upper) when it has no lower bound."""
+    choice, lower, upper = recipe.correction
+    level = "token" if choice is None else choice.rpartition("_")[0]
+    if level not in ("token", "sequence", "geometric"):  # a user's module:function
+        level = "token"
+    if lower is None and upper is not None:
+        lower = 1.0 / upper
+    sums, largest = mismatch_sums(old_logprobs, sampler, mask, level, lower, upper)
+    for name, (num, den) in sums.items():
+        stats.add_ratio(f"rollout/mismatch_{name}", num, den)
+    stats.add(MISMATCH_MAX, largest)
 
 
 def _clip_stats(stats: StepStats, ratio, advantages, mask, out, recipe: Recipe) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from rlvr.algo.registry import register_ratio
+from rlvr.algo.rollout_correction import truncated_weight
 
 MAX_LOG_RATIO = 20.0
 
@@ -88,10 +89,11 @@ def sequence_tis_weight(
     response_mask: torch.Tensor,
     cap: float,
 ) -> torch.Tensor:
-    """Sequence TIS: w_i = min(exp(mean_t(logπ_old − logπ_sampler)), C), broadcast to (N, T)."""
-    mean = _sequence_mean(old_logprobs - sampler_logprobs, response_mask)
-    weight = mean.clamp(max=MAX_LOG_RATIO).exp().clamp(max=cap)
-    return weight[:, None].expand_as(old_logprobs).detach()
+    """Geometric TIS: w_i = min(exp(mean_t(logπ_old − logπ_sampler)), C), broadcast to (N, T);
+    `rollout_correction="geometric_tis"` (rlvr/algo/rollout_correction.py)."""
+    return truncated_weight(
+        old_logprobs, sampler_logprobs, response_mask, None, cap, level="geometric"
+    )
 
 
 def token_tis_weight(
@@ -101,6 +103,6 @@ def token_tis_weight(
     cap: float,
 ) -> torch.Tensor:
     """Truncated importance sampling (Yao 2025, "Your efficient RL framework secretly brings
-    you off-policy RL training"): w_{i,t} = min(exp(logπ_old − logπ_sampler), C), no gradient."""
-    log_w = (old_logprobs - sampler_logprobs).clamp(max=MAX_LOG_RATIO)
-    return (log_w.exp().clamp(max=cap) * response_mask).detach()
+    you off-policy RL training"): w_{i,t} = min(exp(logπ_old − logπ_sampler), C), no gradient;
+    `rollout_correction="token_tis"` (rlvr/algo/rollout_correction.py)."""
+    return truncated_weight(old_logprobs, sampler_logprobs, response_mask, None, cap, level="token")

@@ -30,6 +30,7 @@ from rlvr.algo.registry import (
     Params,
     Registry,
 )
+from rlvr.algo.rollout_correction import REJECT_STATISTICS, ROLLOUT_CORRECTIONS
 from rlvr.algo.selection import SAMPLING_KEYS
 from rlvr.checks import check_field_types
 
@@ -57,7 +58,31 @@ class Recipe:
     clip_low: float = _doc("ratio lower bound is 1 − clip_low (1.0: no lower bound)", 0.2)
     clip_high: float = _doc("ratio upper bound is 1 + clip_high", 0.2)
     dual_clip_c: float = _doc("dual-clip bound c for negative advantages (dual_clip)", 3.0)
-    tis_cap: float | None = _doc("truncated IS cap C on π_old/π_sampler; None: off", None)
+    tis_cap: float | None = _doc(
+        "truncated IS cap C on π_old/π_sampler (the older spelling of rollout_correction "
+        "token_tis, or geometric_tis under a sequence ratio, with rc_upper C); None: off",
+        None,
+    )
+    rollout_correction: str | None = _doc(
+        f"weight on π_old/π_sampler (docs/19-rollout-correction.md): {_names(ROLLOUT_CORRECTIONS)}"
+        "; None: off",
+        None,
+    )
+    rc_lower: float | None = _doc(
+        "lower bound of the correction's band on the weight; None: none (TRL's default)", None
+    )
+    rc_upper: float | None = _doc("upper bound C of the correction's band; None: none", 2.0)
+    rc_reject: str | None = _doc(
+        f"also reject tokens/responses whose divergence exceeds rc_reject_max (verl's "
+        f"rollout_rs): {', '.join(REJECT_STATISTICS)}; None: off",
+        None,
+    )
+    rc_reject_max: float | None = _doc("threshold of rc_reject", None)
+    offpolicy_mask_delta: float | None = _doc(
+        "DeepSeek-V3.2 off-policy sequence mask: drop Â < 0 responses whose mean "
+        "log π_sampler − log π_θ exceeds δ; None: off",
+        None,
+    )
     aggregation: str = _doc(f"loss aggregation: {_names(AGGREGATIONS)}", "seq_mean_token_mean")
     kl: str | None = _doc(f"KL estimator to the reference: {_names(KL_ESTIMATORS)}; None", None)
     kl_coef: float = _doc("KL coefficient β", 0.0)
@@ -146,6 +171,7 @@ class Recipe:
             raise ValueError(f"retire_threshold must be in (0, 1], got {self.retire_threshold}")
         _check_ranges(self)
         _check_teacher(self)
+        _check_correction(self)
         _check_surrogate_fields(self)
         if self.dynamic_sampling_key not in SAMPLING_KEYS:
             raise ValueError(
@@ -182,6 +208,15 @@ class Recipe:
     @property
     def needs_reference(self) -> bool:
         return self.kl is not None and self.kl_coef > 0
+
+    @property
+    def correction(self) -> tuple[str | None, float | None, float | None]:
+        """(rollout_correction, lower, upper) in effect; `tis_cap` C is the older spelling
+        of token_tis (geometric_tis under a sequence-level ratio) with band (−∞, C]."""
+        if self.tis_cap is not None:
+            level = "geometric" if RATIOS.get(self.ratio).sequence_level else "token"
+            return f"{level}_tis", None, self.tis_cap
+        return self.rollout_correction, self.rc_lower, self.rc_upper
 
 
 def _check_ranges(recipe: Recipe) -> None:
@@ -229,6 +264,47 @@ def _check_ranges(recipe: Recipe) -> None:
     for name, ok in checks.items():
         if not ok:
             raise ValueError(f"{name} must be {valid[name]}, got {getattr(recipe, name)!r}")
+
+
+def _check_correction(recipe: Recipe) -> None:
+    """Rollout-correction fields are valid and can take effect."""
+    if recipe.rollout_correction is not None:
+        ROLLOUT_CORRECTIONS.get(recipe.rollout_correction)  # names the valid choices
+        if recipe.tis_cap is not None:
+            raise ValueError(
+                f"tis_cap={recipe.tis_cap} and rollout_correction="
+                f"{recipe.rollout_correction!r} both set a correction; tis_cap C is "
+                f"rollout_correction=token_tis with rc_upper=C: keep one"
+            )
+        if recipe.rc_lower is None and recipe.rc_upper is None:
+            raise ValueError(
+                f"rollout_correction={recipe.rollout_correction!r} with rc_lower and rc_upper "
+                f"both None has no band to act on; set rc_upper (e.g. 2.0) or rc_lower"
+            )
+    elif recipe.tis_cap is not None and (recipe.rc_lower is not None or recipe.rc_upper != 2.0):
+        raise ValueError(
+            f"rc_lower/rc_upper ({recipe.rc_lower}, {recipe.rc_upper}) do not apply to "
+            f"tis_cap={recipe.tis_cap} (its band is (−∞, tis_cap]); use rollout_correction="
+            f"token_tis with rc_lower/rc_upper instead"
+        )
+    for name in ("rc_lower", "rc_upper", "rc_reject_max", "offpolicy_mask_delta"):
+        value = getattr(recipe, name)
+        if value is not None and not (value >= 0 if name == "offpolicy_mask_delta" else value > 0):
+            valid = "≥ 0" if name == "offpolicy_mask_delta" else "> 0"
+            raise ValueError(f"{name} must be {valid} or None, got {value!r}")
+    bounds = (recipe.rc_lower, recipe.rc_upper)
+    if None not in bounds and bounds[0] >= bounds[1]:
+        raise ValueError(f"rc_lower={recipe.rc_lower} must be below rc_upper={recipe.rc_upper}")
+    if recipe.rc_reject is not None and recipe.rc_reject not in REJECT_STATISTICS:
+        raise ValueError(
+            f"rc_reject must be one of {', '.join(REJECT_STATISTICS)} or None, got "
+            f"{recipe.rc_reject!r}"
+        )
+    if (recipe.rc_reject is None) != (recipe.rc_reject_max is None):
+        raise ValueError(
+            f"rc_reject={recipe.rc_reject!r} and rc_reject_max={recipe.rc_reject_max!r} go "
+            f"together: set both (e.g. rc_reject=seq_mean_k3, rc_reject_max=0.01) or neither"
+        )
 
 
 def _check_teacher(recipe: Recipe) -> None:
@@ -296,6 +372,14 @@ RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
         Recipe("grpo", _GRPO, kl="k3", kl_coef=0.04),
+        Recipe(
+            "grpo_trl_vllm",
+            f"{_GRPO}; TRL GRPOTrainer defaults: loss_type dapo, beta 0, vLLM importance "
+            "sampling sequence_mask with cap 3",
+            aggregation="token_mean",
+            rollout_correction="sequence_mis",
+            rc_upper=3.0,
+        ),
         Recipe(
             "dr_grpo",
             "Liu 2025, Dr. GRPO (arXiv 2503.20783)",

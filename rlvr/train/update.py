@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from rlvr.algo import StepStats, policy_loss
+from rlvr.algo.loss import MISMATCH_MAX
 from rlvr.algo.objective import PreparedBatch, step_weights
 from rlvr.algo.recipes import Recipe
 from rlvr.models.logprobs import response_logprobs
@@ -87,6 +88,7 @@ def policy_update(
     stats = StepStats()
     skip = skippable_rows(recipe, prepared.advantages)
     computed_rows = optimizer_steps = nonfinite = 0
+    worst = None  # the largest |log π_old − log π_sampler| the loss saw
     for _ in range(settings.ppo_epochs):
         minibatches = minibatch_rows(
             rollout.group_ids, prepared.keep, settings.num_minibatches, generator
@@ -104,11 +106,13 @@ def policy_update(
             mine = rows if data_parallel is None else data_parallel.shard(rollout.group_ids, rows)
             active = rollout.by_length((mine & ~skip).nonzero().squeeze(-1))
             for micro in torch.split(active, settings.micro_batch_size) if len(active) else ():
-                stats.merge(
-                    _micro_step(
-                        model, recipe, rollout, prepared, weights, nll_weights, micro, settings
-                    )
+                micro_stats = _micro_step(
+                    model, recipe, rollout, prepared, weights, nll_weights, micro, settings
                 )
+                # A maximum, not a sum (rlvr/algo/loss.py): kept aside from the merge.
+                if MISMATCH_MAX in micro_stats.sums:
+                    worst = max(worst or 0.0, micro_stats.sums.pop(MISMATCH_MAX))
+                stats.merge(micro_stats)
             computed_rows += len(active)
             if data_parallel is not None:
                 computed = rows & ~skip
@@ -122,7 +126,10 @@ def policy_update(
             optimizer_steps += 1
     if data_parallel is not None:
         stats = data_parallel.reduce_stats(stats)
+        worst = _max_over_ranks(worst)
     metrics = stats.finalize()
+    if worst is not None:
+        metrics[MISMATCH_MAX] = worst
     for key in [k for k in stats.sums if k.startswith(("loss/", "train/grad_norm"))]:
         metrics[key] = stats.sums[key] / max(optimizer_steps, 1)
     elapsed = time.perf_counter() - start
@@ -174,6 +181,14 @@ def _micro_step(model, recipe, rollout, prepared, weights, nll_weights, micro, s
     if entropy is not None:
         stats.add_ratio("policy/entropy", (entropy.detach() * mask).sum(), mask.sum())
     return stats
+
+
+def _max_over_ranks(value: float | None) -> float | None:
+    """The largest of every rank's value (None where a rank had none)."""
+    parts: list[float | None] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(parts, value)
+    present = [p for p in parts if p is not None]
+    return max(present) if present else None
 
 
 def _idle_micro_step(model, rollout, row: int, settings) -> None:

@@ -48,6 +48,9 @@ NEW_SURROGATE_RECIPES = {
 }
 NAMES |= set(NEW_SURROGATE_RECIPES)
 TABLE.update(NEW_SURROGATE_RECIPES)
+# TRL's GRPOTrainer defaults with its vLLM correction (sequence_mis, cap 3): issue 29.
+TABLE["grpo_trl_vllm"] = ("group_norm", "token", "clip", 0.8, 1.2, "token_mean", None, False)
+NAMES.add("grpo_trl_vllm")
 
 
 def test_all_named_recipes_exist():
