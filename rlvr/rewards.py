@@ -136,6 +136,9 @@ class Scored:
 
     rewards: list[float]
     failed: list[bool]
+    values: list[dict[str, float | None]] | None = None
+    """Each completion's value of each function, by name (None: no value or failed); None
+    when the reward is the verifier's correctness alone."""
 
 
 class RewardModel:
@@ -180,6 +183,7 @@ class RewardModel:
         function and kind, or raised as `RewardError` under `on_error="stop"`."""
         self.calls += 1
         scored = Scored([0.0] * len(completions), [False] * len(completions))
+        scored.values = [{} for _ in completions]
         self.last_means = {}
         arguments = {"prompts": prompts, "completions": completions, **columns}
         for spec, fn in zip(self.specs, self.funcs, strict=True):
@@ -187,6 +191,7 @@ class RewardModel:
             present = [v for v in result.values if v is not None]
             self.last_means[spec.name] = sum(present) / len(present) if present else math.nan
             for i, (value, failure) in enumerate(zip(result.values, result.failures, strict=True)):
+                scored.values[i][spec.name] = None if failure or value is None else float(value)
                 if failure is not None:
                     self._failed(spec, failure, len(completions))
                     scored.failed[i] = True

@@ -67,6 +67,7 @@ def sample_groups(
         [v.formatted for v in verdicts],
         scored.rewards,
         scored.failed,
+        scored.values,
     )
 
 

@@ -23,6 +23,7 @@ from rlvr.train.config_checks import (
     check_group_size,
     check_parallel,
     check_reward_fields,
+    check_tracking,
     check_warm_start_fields,
 )
 from rlvr.train.hf_setup import check_options as check_hf_options
@@ -169,6 +170,24 @@ class TrainConfig:
         "(FSDP2: weights, gradients and optimizer states sharded over the ranks)",
         "ddp",
     )
+    report_to: list = field(
+        default_factory=lambda: ["tensorboard"],
+        metadata={
+            "doc": "trackers that receive the metrics, config and completions tables besides "
+            "metrics.jsonl: tensorboard, wandb, trackio, swanlab, mlflow (each but "
+            "tensorboard needs its extra, rlvr[wandb] ...); [] for none"
+        },
+    )
+    tracker_project: str = _doc("the trackers' project (experiment) name", "rlvr")
+    tracker_run_name: str | None = _doc(
+        "the run's name in the trackers (null: the out directory's name)", None
+    )
+    completions_every: int = _doc(
+        "write a sample of the step's completions to completions/step_*.jsonl and the "
+        "trackers' tables every N steps (0: never)",
+        10,
+    )
+    completions_rows: int = _doc("rows of each completions table (whole prompt groups)", 16)
     teacher: dict = field(
         default_factory=dict,
         metadata={
@@ -239,6 +258,7 @@ class TrainConfig:
             )
         self._check_run_safety()
         check_parallel(self)
+        check_tracking(self)
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe={self.recipe!r} is unknown; valid: {', '.join(RECIPES)}")
         recipe = self.build_recipe()  # validates the overrides

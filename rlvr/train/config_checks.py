@@ -13,6 +13,7 @@ from typing import Any
 from rlvr.algo.recipes import Recipe
 from rlvr.algo.registry import ADVANTAGES
 from rlvr.rewards import check_reward_settings, parse_reward_funcs
+from rlvr.train.trackers import check_report_to
 
 PATH_OPTIONS = ("data", "eval_data")
 """task_options that name files; with `model`, made absolute when they exist locally."""
@@ -68,6 +69,31 @@ def check_reward_fields(cfg: Any, recipe: Recipe) -> None:
             f"does not are dropped; set dynamic_sampling_key=reward to key on the reward",
             stacklevel=3,
         )
+
+
+def check_tracking(cfg: Any) -> None:
+    """`report_to` names known trackers; the completions table's settings are in range;
+    settings that could not take effect are refused."""
+    check_report_to(cfg.report_to)
+    for name, least in (("completions_every", 0), ("completions_rows", 1)):
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an integer ≥ {least}, got {value!r}")
+    defaults = {f.name: f.default for f in fields(cfg)}
+    if cfg.completions_every == 0 and cfg.completions_rows != defaults["completions_rows"]:
+        raise ValueError(
+            f"completions_rows={cfg.completions_rows!r} applies to the completions table, and "
+            f"completions_every=0 writes none; set completions_every ≥ 1 or remove it"
+        )
+    named = [t for t in cfg.report_to if t != "tensorboard"]
+    for name in ("tracker_project", "tracker_run_name"):
+        if not named and getattr(cfg, name) != defaults[name]:
+            raise ValueError(
+                f"{name}={getattr(cfg, name)!r} names the run in wandb, trackio, swanlab or "
+                f"mlflow, and report_to={cfg.report_to!r} has none; remove it"
+            )
+    if not isinstance(cfg.tracker_project, str) or not cfg.tracker_project.strip():
+        raise ValueError(f"tracker_project must be a non-empty name, got {cfg.tracker_project!r}")
 
 
 PARALLEL_MODES = ("ddp", "fsdp")

@@ -37,6 +37,7 @@ class Rollout:
     forced_mask: torch.Tensor | None = None  # (B, T) 1 on engine-inserted tokens (interruption)
     reward_failed: torch.Tensor | None = None  # (B,) bool: a reward function failed on it
     episodes: list | None = None  # (B) EpisodeRecord of multi-turn episodes (forced: observations)
+    reward_values: list | None = None  # (B) each reward function's value, by name (Scored.values)
 
     def __len__(self) -> int:
         return len(self.prompt_ids)
@@ -134,6 +135,7 @@ def from_generation(
     formatted: list[bool],
     rewards: list[float],
     reward_failed: list[bool] | None = None,
+    reward_values: list[dict[str, float | None]] | None = None,
 ) -> Rollout:
     """A Rollout from an engine's Generation and the verifier's verdicts."""
     prompt_uids = [uids[i] for i in gen.prompt_index.tolist()]
@@ -154,4 +156,5 @@ def from_generation(
         if reward_failed is None
         else torch.tensor(reward_failed, dtype=torch.bool),
         episodes=gen.episodes,
+        reward_values=reward_values,
     )

@@ -35,6 +35,7 @@ from rlvr.train.checkpoint import (
     save_rotating,
     set_aside_unusable,
 )
+from rlvr.train.completions import CompletionsLog, completion_rows
 from rlvr.train.config import TrainConfig, load_yaml, resolve_config
 from rlvr.train.logger import MetricsLogger
 from rlvr.train.loop import Trainer
@@ -43,6 +44,7 @@ from rlvr.train.progress import progress_bar
 from rlvr.train.ranks import follow, is_follower
 from rlvr.train.run_dir import check_out_dir, clear_run
 from rlvr.train.stop import RunDiverged, RunInterrupted, StopRequest
+from rlvr.train.trackers import RunInfo, check_installed, code_version, open_trackers
 
 # Config fields a resumed run may change: budgets, checkpointing and display.
 RESUMABLE_CHANGES = {
@@ -55,6 +57,11 @@ RESUMABLE_CHANGES = {
     "keep_checkpoints",
     "max_nonfinite_steps",
     "parallel",  # how the ranks share the work, not what they compute
+    "report_to",  # where the metrics go, not what they are
+    "tracker_project",
+    "tracker_run_name",
+    "completions_every",
+    "completions_rows",
 }
 
 
@@ -86,6 +93,7 @@ def run_training(cfg: TrainConfig, mode: str = "new") -> dict[str, Any]:
     if is_follower():  # torchrun rank > 0: rank 0 writes the run (docs/distributed.md)
         return follow(cfg)
     out = check_out_dir(cfg.out, mode)
+    check_installed(cfg.report_to)  # a missing tracker library: said before anything is written
     checkpoint = None
     if mode == "resume":
         check_same_run(out, cfg)
@@ -187,11 +195,43 @@ class _Run:
         self.evals = [tuple(e) for e in state["evals"]] if state else []
         self.streak = state["nonfinite_streak"] if state else 0
         self.started = time.perf_counter() - (state["wall_s"] if state else 0.0)
+        self.resumed = state is not None
         records = _kept_records(out, state["metrics_lines"]) if state else []
-        self.logger = MetricsLogger(out, records=records, purge_step=trainer.step + 1)
+        self.logger = MetricsLogger(out, records=records, trackers=self._trackers(records))
+        self.completions = CompletionsLog(
+            out,
+            self.cfg.completions_every,
+            self.cfg.completions_rows,
+            resumed_step=trainer.step if state else None,
+        )
         self.saved_step = trainer.step if state else None
         self.last_save = time.perf_counter()
-        self.resumed = state is not None
+
+    def _trackers(self, records: list[dict[str, Any]]) -> list:
+        cfg, step = self.cfg, self.trainer.step
+        info = RunInfo(
+            self.out,
+            cfg.tracker_project,
+            cfg.tracker_run_name or self.out.resolve().name,
+            purge_step=step + 1 if records else None,  # TensorBoard forgets the redone steps
+            resumed_step=step if self.resumed else None,
+        )
+        return open_trackers(cfg.report_to, info, cfg.to_dict())
+
+    def _log_completions(self, step: int) -> None:
+        """The step's completions table, from the batch the update used."""
+        trainer = self.trainer
+        collected, prepared = trainer.last_batch
+        rows = completion_rows(
+            collected,
+            prepared,
+            lambda ids: trainer.tokenizer.decode(ids, skip_special=True),
+            step,
+            self.cfg.seed,
+            self.cfg.completions_rows,
+        )
+        self.completions.write(step, rows)
+        self.logger.log_table(step, "completions", rows)
 
     def execute(self) -> dict[str, Any]:
         with StopRequest() as stop:
@@ -232,6 +272,8 @@ class _Run:
         for step in range(trainer.step + 1, cfg.steps + 1):
             metrics = self._guarded(step, trainer.train_step)
             trainer.step = step
+            if self.completions.due(step):
+                self._log_completions(step)
             self.totals.add(metrics)
             if no_update.due(step, cfg.steps, self.totals.skipped_updates):
                 warnings.warn(no_update.explain(step, metrics, trainer.recipe, cfg), stacklevel=2)
@@ -376,6 +418,7 @@ class _Run:
             "skipped_updates": totals.skipped_updates,
             "seconds": {**totals.seconds, "wall_s": time.perf_counter() - self.started},
             "model": {k: v for k, v in trainer.model_info.items() if k != "settings"},
+            **code_version(),
         }
 
 

@@ -20,6 +20,8 @@ RUN_FILES = (
     "summary.partial.json",
     "curves.png",
     "tensorboard",
+    "completions",
+    "trackers",
 )
 RUN_PREFIXES = ("checkpoint",)
 
