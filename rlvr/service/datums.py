@@ -16,6 +16,7 @@ import torch
 from rlvr.service.types import Datum
 
 INTEGER_INPUTS = ("target_tokens",)
+BINARY_INPUTS = ("response_mask",)
 
 
 class Batch(NamedTuple):
@@ -113,6 +114,9 @@ def _checked(values: torch.Tensor, what: str, name: str, vocab_size: int) -> tor
     if not bool(torch.isfinite(values).all()):
         bad = values[~torch.isfinite(values)][0].item()
         raise ValueError(f"{what} holds {bad}; every value must be a finite number")
+    if name in BINARY_INPUTS and not bool(((values == 0) | (values == 1)).all()):
+        bad = values[(values != 0) & (values != 1)][0].item()
+        raise ValueError(f"{what} holds {bad}; it must be 0 or 1 (1: a sampled token)")
     return values
 
 

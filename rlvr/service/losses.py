@@ -11,12 +11,18 @@ surrogate here is positively homogeneous in Â, so that is exactly rlvr's loss.
 | importance_sampling   | target_tokens, logprobs, advantages      | surrogate `reinforce` |
 | ppo                   | target_tokens, logprobs, advantages      | surrogate `clip`      |
 | cispo                 | target_tokens, logprobs, advantages      | surrogate `cispo`     |
+| gspo                  | the same and response_mask               | ratio `sequence`, `clip` |
 | any rlvr surrogate    | target_tokens, logprobs, advantages      | that surrogate        |
 
 `logprobs` are the sampler's, so ρ = π/π_sampler (rlvr's `token_ratio`). `ppo` and
 `cispo` take the ratio bounds as the remote API does (`clip_low_threshold` 0.8,
 `clip_high_threshold` 1.2); rlvr surrogates by name take rlvr's ε (`clip_low`,
 `clip_high`, `dual_clip_c`, as in a recipe).
+
+A datum carries no response mask, and a token ratio needs none (prompt positions have
+Â = 0). GSPO's sequence ratio s_i = exp(mean over y_i of (log π − log π_sampler)) does:
+`gspo` takes it as `response_mask` (1 on positions whose target is a sampled token, 0 on
+the prompt and on an episode's observations), which also bounds the sum.
 """
 
 from __future__ import annotations
@@ -27,9 +33,9 @@ from typing import Any
 
 import torch
 
+import rlvr.algo.ratios  # noqa: F401  (registers the ratios)
 from rlvr.algo.aggregation import aggregate
-from rlvr.algo.ratios import token_ratio
-from rlvr.algo.registry import SURROGATES, Params
+from rlvr.algo.registry import RATIOS, SURROGATES, Params
 from rlvr.service.datums import Batch, is_finite_number
 
 POLICY_INPUTS = ("target_tokens", "logprobs", "advantages")
@@ -45,6 +51,7 @@ class LossSpec:
     inputs: tuple[str, ...]
     config: dict[str, float]
     surrogate: str | None
+    ratio: str = "token"
 
 
 API_LOSSES = {
@@ -52,6 +59,13 @@ API_LOSSES = {
     "importance_sampling": LossSpec(POLICY_INPUTS, {}, "reinforce"),
     "ppo": LossSpec(POLICY_INPUTS, THRESHOLDS, "clip"),
     "cispo": LossSpec(POLICY_INPUTS, THRESHOLDS, "cispo"),
+    # GSPO's ε (3e-4, 4e-4: rlvr's `gspo` recipe) as ratio bounds
+    "gspo": LossSpec(
+        (*POLICY_INPUTS, "response_mask"),
+        {"clip_low_threshold": 1 - 3e-4, "clip_high_threshold": 1 + 4e-4},
+        "clip",
+        "sequence",
+    ),
 }
 
 
@@ -86,7 +100,7 @@ def surrogate_params(loss_fn: str, config: dict[str, Any] | None) -> Params:
         if not is_finite_number(value):
             raise ValueError(f"loss_fn_config[{key!r}]={value!r} must be a finite number")
     values = {**spec.config, **config}
-    if loss_fn in ("ppo", "cispo"):
+    if loss_fn in ("ppo", "cispo", "gspo"):
         low, high = values["clip_low_threshold"], values["clip_high_threshold"]
         if not 0 <= low <= 1 <= high:
             raise ValueError(
@@ -111,10 +125,14 @@ def compute_loss(
     if loss_fn == "cross_entropy":
         loss = aggregate(-logprobs, inputs["weights"] * mask)
         return loss, loss.detach()
+    spec = loss_spec(loss_fn)
+    if "response_mask" in inputs:
+        mask = mask * inputs["response_mask"]  # 0/1, checked by `pack`
     advantages = inputs["advantages"] * mask  # (B, N)
-    ratio = token_ratio(logprobs, inputs["logprobs"], mask)  # (B, N) ρ = π/π_sampler
-    surrogate: Callable = SURROGATES.get(loss_spec(loss_fn).surrogate).fn
+    ratio = RATIOS.get(spec.ratio).fn(logprobs, inputs["logprobs"], mask)  # (B, N) π/π_sampler
+    surrogate: Callable = SURROGATES.get(spec.surrogate).fn
     loss = aggregate(surrogate(ratio, advantages, logprobs, params).loss, mask)
     if loss_fn == "importance_sampling":
         return loss, aggregate(-ratio.detach() * advantages, mask)
     return loss, loss.detach()
+

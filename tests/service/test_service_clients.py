@@ -165,7 +165,7 @@ def policy_datum(**overrides):
         (
             lambda t: t.forward([policy_datum()], "grpo"),
             r"loss_fn='grpo' is not valid; choose one of: cross_entropy, importance_sampling, "
-            r"ppo, cispo, or an rlvr surrogate: clip",
+            r"ppo, cispo, gspo, or an rlvr surrogate: clip",
         ),
         (
             lambda t: t.forward([policy_datum()], "ppo", {"clip_ratio": 0.2}),

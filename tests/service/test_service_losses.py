@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rlvr.algo.aggregation import aggregate
-from rlvr.algo.ratios import token_ratio
+from rlvr.algo.ratios import sequence_ratio, token_ratio
 from rlvr.algo.registry import Params
 from rlvr.algo.surrogates import cispo, clip, dual_clip, reinforce
 from rlvr.service import Datum, ModelInput
@@ -130,4 +130,72 @@ def test_the_loss_is_a_sum_over_datums():
 
 
 def test_every_api_loss_is_listed():
-    assert set(API_LOSSES) == {"cross_entropy", "importance_sampling", "ppo", "cispo"}
+    assert set(API_LOSSES) == {"cross_entropy", "importance_sampling", "ppo", "cispo", "gspo"}
+
+
+def gspo_batch():
+    """Two datums of one prompt position (its padded sampler log-prob 0, as rl_loop pads)
+    and two response positions each, sampled at 0.5."""
+    rows = [([0.0, math.log(0.5), math.log(0.5)], [0.0, 2.0, 2.0])] * 2
+    datums = [
+        Datum(
+            ModelInput.from_ints([1, 2, 3]),
+            {
+                "target_tokens": [2, 3, 4],
+                "logprobs": old,
+                "advantages": advantages,
+                "response_mask": [0, 1, 1],
+            },
+        )
+        for old, advantages in rows
+    ]
+    datums[1].loss_fn_inputs["advantages"] = [0.0, -1.0, -1.0]
+    return pack(datums, loss_spec("gspo").inputs, vocab_size=10, loss_fn="gspo")
+
+
+GSPO_POLICY = [[0.5, 0.55, 0.6], [0.3, 0.3, 0.3]]
+
+
+def test_gspo_sequence_ratio_hand_worked():
+    # Datum 0: Δ = ln 1.1, ln 1.2 on the response → s = √1.32 = 1.148913 (inside 0.8/1.2);
+    #   Â = 2: −s·Â per token, summed over 2 tokens: −4.595652; ∂/∂logπ_t = −Â·s·(1/2)·2
+    #   tokens = −2.297825 on each response token. The prompt position (Δ = ln 0.5 against
+    #   its padded 0) is outside response_mask: it moves neither s nor the sum.
+    # Datum 1: Δ = ln 0.6 twice → s = 0.6; Â = −1: min(−0.6, −0.8) = −0.8 (clipped at
+    #   0.8, no gradient) per token: +1.6. Total −2.995652.
+    batch = gspo_batch()
+    logprobs = torch.tensor(GSPO_POLICY).log().requires_grad_(True)
+    config = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
+    loss, value = compute_loss("gspo", logprobs, batch, surrogate_params("gspo", config))
+    (grad,) = torch.autograd.grad(loss, logprobs)
+    assert value.item() == pytest.approx(-2.995652, abs=1e-5)
+    s = math.sqrt(1.32)
+    assert grad.tolist() == [pytest.approx([0.0, -2 * s, -2 * s]), [0.0, 0.0, 0.0]]
+    # rlvr's GSPO pieces on the same tensors: sequence ratio, clip surrogate, plain sum.
+    mask = batch.inputs["response_mask"]
+    logprobs2 = torch.tensor(GSPO_POLICY).log().requires_grad_(True)
+    ratio = sequence_ratio(logprobs2, batch.inputs["logprobs"], mask)
+    advantages = batch.inputs["advantages"] * mask
+    expected = aggregate(clip(ratio, advantages, logprobs2, Params(0.2, 0.2)).loss, mask)
+    (expected_grad,) = torch.autograd.grad(expected, logprobs2)
+    assert value.item() == pytest.approx(expected.item())
+    torch.testing.assert_close(grad, expected_grad)
+
+
+def test_gspo_defaults_are_rlvrs_gspo_recipe():
+    params = surrogate_params("gspo", None)
+    assert params.clip_low == pytest.approx(3e-4) and params.clip_high == pytest.approx(4e-4)
+
+
+def test_gspo_response_mask_must_be_binary():
+    datum = Datum(
+        ModelInput.from_ints([1, 2]),
+        {
+            "target_tokens": [2, 3],
+            "logprobs": [0, 0],
+            "advantages": [0, 1],
+            "response_mask": [0, 0.5],
+        },
+    )
+    with pytest.raises(ValueError, match=r"datum 0: loss_fn_inputs\['response_mask'\] holds 0.5"):
+        pack([datum], loss_spec("gspo").inputs, vocab_size=10, loss_fn="gspo")
