@@ -18,7 +18,8 @@ import html
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:16px;color:#222}
 h1{font-size:20px;margin:0 0 8px}h2{font-size:16px;margin:20px 0 8px}
-table.kv td{padding:1px 10px 1px 0}table.kv td:first-child{color:#666}
+.kv{display:grid;grid-template-columns:repeat(auto-fill,minmax(260px,1fr));gap:2px 16px}
+.kv span{color:#666}
 .curves{display:flex;flex-wrap:wrap;gap:12px}.curves svg{border:1px solid #ddd;background:#fff}
 .controls{position:sticky;top:0;background:#f6f6f6;padding:6px 8px;border:1px solid #ddd}
 .controls label{margin-right:14px}#status{color:#555}
@@ -31,7 +32,8 @@ pre.prompt{color:#777}
 .seg-masked{color:#999;text-decoration:line-through}
 .legend span{padding:0 4px;margin-right:6px}
 table.turns{border-collapse:collapse;font-size:12px}
-table.turns td,table.turns th{border:1px solid #ddd;padding:2px 6px;vertical-align:top;text-align:left}
+table.turns td,table.turns th{border:1px solid #ddd;padding:1px 6px;vertical-align:top;text-align:left}
+table.turns pre{margin:0}
 .sides{display:grid;grid-template-columns:1fr 1fr;gap:10px}.ok{color:#2a2}.bad{color:#c33}
 """.strip()
 
@@ -114,6 +116,7 @@ def controls(steps: list[int] | None, selected: int | None, filters: dict[str, s
     return "".join(parts)
 
 
-def kv_table(pairs: list[tuple[str, object]]) -> str:
-    rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in pairs)
-    return f'<table class="kv">{rows}</table>'
+def kv_grid(pairs: list[tuple[str, object]]) -> str:
+    """Name-value pairs in a grid of columns."""
+    cells = "".join(f"<div><span>{esc(k)}</span> {esc(v)}</div>" for k, v in pairs)
+    return f'<div class="kv">{cells}</div>'

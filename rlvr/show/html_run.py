@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlvr.show.html_page import controls, esc, kv_table, page
+from rlvr.show.html_page import controls, esc, kv_grid, page
 from rlvr.show.load import NO_COMPLETIONS, Run, latest_metrics, segments
 from rlvr.show.svg import curves_html
-from rlvr.show.text import SHOWN_METRICS, fmt, fmt_options
+from rlvr.show.text import SHOWN_METRICS, fmt, fmt_options, shaped
 
 FILTERS = {
     "all": "all rows",
@@ -44,19 +44,17 @@ def segments_html(row: dict[str, Any]) -> str:
 
 
 def turns_html(turns: list[dict[str, Any]]) -> str:
-    head = (
-        "<tr><th>turn</th><th>policy</th><th>tool call</th><th>observation</th><th>ended</th></tr>"
-    )
+    """The episode's turns as a table; the tool-call column only when a turn made one."""
+    keys = ["turn", "policy", "tool_call", "observation", "ended"]
+    if not any(t.get("tool_call") for t in turns):
+        keys.remove("tool_call")
+    head = "".join(f"<th>{key.replace('_', ' ')}</th>" for key in keys)
     cells = (
-        "<tr>"
-        + "".join(
-            f"<td><pre>{esc('' if t.get(key) is None else t[key])}</pre></td>"
-            for key in ("turn", "policy", "tool_call", "observation", "ended")
-        )
-        + "</tr>"
+        "".join(f"<td><pre>{esc('' if t.get(key) is None else t[key])}</pre></td>" for key in keys)
         for t in turns
     )
-    return f'<table class="turns">{head}{"".join(cells)}</table>'
+    rows = "".join(f"<tr>{row}</tr>" for row in cells)
+    return f'<table class="turns"><tr>{head}</tr>{rows}</table>'
 
 
 def row_html(row: dict[str, Any]) -> str:
@@ -67,10 +65,12 @@ def row_html(row: dict[str, Any]) -> str:
         if row["correct"]
         else '<span class="bad">✗ wrong</span>',
         f"reward <b>{esc(fmt(row['reward']))}</b>",
+        *map(esc, shaped(row)),
         "advantage <b>" + ("—" if advantage is None else esc(f"{advantage:+.3g}")) + "</b>",
         f"length {esc(row.get('length', '?'))}",
         *(["truncated"] if row.get("truncated") else []),
         "kept" if row.get("kept", True) else "<b>dropped</b>",
+        *(["text cut when logged"] if row.get("cut") else []),
     ]
     rewards = row.get("rewards") or {}
     if rewards:
@@ -91,14 +91,12 @@ def row_html(row: dict[str, Any]) -> str:
 def config_html(run: Run) -> str:
     cfg = run.config
     options = cfg.get("task_options") or {}
+    last = run.metrics[-1].get("step") if run.metrics else "—"
     pairs: list[tuple[str, object]] = [
         ("task", f"{cfg.get('task', '?')} {fmt_options(options) if options else ''}".strip()),
         ("recipe", cfg.get("recipe", "?")),
         ("model", cfg.get("model", "?")),
-        (
-            "steps",
-            f"{run.metrics[-1].get('step') if run.metrics else '—'} of {cfg.get('steps', '?')}",
-        ),
+        ("steps", f"{last} of {cfg.get('steps', '?')}"),
         ("seed", cfg.get("seed", "?")),
         ("batch", f"{cfg.get('prompts_per_step', '?')} prompts × {cfg.get('group_size', '?')}"),
         (
@@ -106,17 +104,24 @@ def config_html(run: Run) -> str:
             (run.summary or {}).get("status", "no summary.json (running, or stopped early)"),
         ),
     ]
-    return kv_table(pairs)
+    return kv_grid(pairs)
 
 
 def metrics_html(run: Run) -> str:
+    """The newest value of each shown metric; its step when older than the newest."""
     latest = latest_metrics(run.metrics)
+    at = max((s for _, s in latest.values() if isinstance(s, int)), default=None)
     pairs = [
-        (name, f"{fmt(latest[name][0])} (step {latest[name][1]})")
+        (
+            name,
+            fmt(latest[name][0]) + ("" if latest[name][1] == at else f" (step {latest[name][1]})"),
+        )
         for name in SHOWN_METRICS
         if name in latest
     ]
-    return kv_table(pairs) if pairs else "<p>none logged yet (no metrics.jsonl)</p>"
+    if not pairs:
+        return "<p>none logged yet (no metrics.jsonl)</p>"
+    return f"<h2>Metrics at step {esc(at)}</h2>" + kv_grid(pairs)
 
 
 def completions_html(run: Run, selected: int | None) -> tuple[str, int]:
@@ -145,7 +150,6 @@ def run_page(run: Run, step: int | None = None) -> tuple[str, int]:
         [
             f"<h1>rlvr run {esc(run.path.resolve().name)}</h1>",
             config_html(run),
-            "<h2>Newest metrics</h2>",
             metrics_html(run),
             "<h2>Curves</h2>",
             curves_html(run.metrics) if run.metrics else "<p>no metrics.jsonl yet</p>",

@@ -7,7 +7,7 @@ from typing import Any
 
 from rlvr.show.html_page import esc
 
-WIDTH, HEIGHT = 280, 210
+WIDTH, HEIGHT = 270, 210
 LEFT, RIGHT, TOP, BOTTOM = 46, 10, 24, 58  # plot margins; the legend sits below the axis
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
 

@@ -126,10 +126,12 @@ def row_lines(row: dict[str, Any], color: bool) -> list[str]:
     numbers = [
         mark,
         f"reward {fmt(row['reward'])}",
+        *shaped(row),
         "advantage " + ("—" if advantage is None else f"{advantage:+.3g}"),
         f"length {row.get('length', '?')}",
         *(["truncated"] if row.get("truncated") else []),
         "kept" if row.get("kept", True) else "dropped",
+        *(["text cut when logged"] if row.get("cut") else []),
     ]
     head = f"[group {row.get('group', '?')} · sample {row.get('sample', '?')}] "
     lines = [head + "  ".join(numbers)]
@@ -143,10 +145,18 @@ def row_lines(row: dict[str, Any], color: bool) -> list[str]:
     return lines
 
 
+def shaped(row: dict[str, Any]) -> list[str]:
+    """The shaped reward (overlong penalty, KL in reward), when logged and not the reward."""
+    value = row.get("shaped_reward")
+    return [] if value is None or value == row["reward"] else [f"shaped {fmt(value)}"]
+
+
 def turns_summary(turns: list[dict[str, Any]]) -> str:
     calls = sum(1 for t in turns if t.get("tool_call"))
-    ended = next((t["ended"] for t in reversed(turns) if t.get("ended")), None)
-    return f"{len(turns)} (tool calls: {calls}; ended: {clean(str(ended or '—'))})"
+    ended = next((t["ended"] for t in reversed(turns) if t.get("ended")), "—")
+    notes = [f"tool calls: {calls}"] if calls else []  # episodes without tools record none
+    notes.append(f"ended: {clean(str(ended))}")
+    return f"{len(turns)} ({'; '.join(notes)})"
 
 
 def _field(name: str, text: str) -> list[str]:

@@ -151,3 +151,15 @@ def test_cli_writes_the_page_beside_the_run(tmp_path) -> None:
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["show", str(run), "--html", str(tmp_path / "x" / "page.html")]) == 0
     assert (tmp_path / "x" / "page.html").read_text() == (run / "show.html").read_text()
+
+
+def test_turns_table_has_a_tool_call_column_only_with_tool_calls(tmp_path) -> None:
+    from show_testlib import multi_turn_row
+
+    from rlvr.show.html_run import turns_html
+
+    turns = multi_turn_row(4)["turns"]
+    assert turns_html(turns).count("<tr>") == 3  # header and two turns
+    assert "<th>tool call</th>" in turns_html(turns)
+    no_calls = [{**t, "tool_call": None} for t in turns]
+    assert "tool call" not in turns_html(no_calls)

@@ -175,3 +175,14 @@ def test_unknown_schema_is_refused(tmp_path) -> None:
     (run / "completions" / "index.json").write_text(json.dumps({"schema": 2}))
     code, _, err = rlvr(str(run))
     assert code == 2 and "schema=2; this rlvr reads schema 1" in err
+
+
+def test_shaped_reward_and_cut_text_are_named() -> None:
+    from rlvr.show.text import row_lines
+
+    row = {**multi_turn_row(4), "shaped_reward": 1.25, "cut": True}
+    head = row_lines(row, color=False)[0]
+    assert "reward 1.5  shaped 1.25  advantage +0.25" in head
+    assert head.endswith("kept  text cut when logged")
+    plain = row_lines({**row, "shaped_reward": 1.5, "cut": False}, color=False)[0]
+    assert "shaped" not in plain and "cut" not in plain  # equal to the reward: not repeated
