@@ -10,13 +10,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlvr.algo.recipes import RECIPES, recipe_fields
+from rlvr.algo.recipes import RECIPES, clip_band, recipe_fields
 
 RECIPE_COLUMNS = ("advantage", "ratio", "surrogate", "clip", "aggregation", "kl", "selection")
 
 
 def _recipe_row(recipe) -> dict[str, str]:
-    clip = f"{1 - recipe.clip_low:g}..{1 + recipe.clip_high:g}"
+    clip = clip_band(recipe)
     kl = "—"
     if recipe.kl:
         kl = f"{recipe.kl} β={recipe.kl_coef:g} " + (
@@ -196,6 +196,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from rlvr.cli_compare_items import cmd_compare_items
 
         return cmd_compare_items(args)
+    if args.holm:  # a set of finished studies, Holm-corrected together
+        from rlvr.compare.report import study_set_report
+
+        given = [
+            k
+            for k, unset in args.matrix_defaults.items()
+            if k != "holm" and getattr(args, k) != unset
+        ]
+        if given:
+            flags = ", ".join("--" + k.replace("_", "-") for k in given)
+            return _fail(f"--holm only reads finished comparison directories; drop {flags}")
+        try:
+            print(study_set_report(args.holm))
+        except ValueError as err:
+            return _fail(str(err))
+        return 0
     if args.out is None:
         return _fail(
             "--out is required: the comparison directory (or --items A B to compare two "
@@ -203,6 +219,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     if not args.out.strip():
         return _fail("--out must name the comparison directory, got an empty string")
+    if args.predict is not None and not 0 < args.predict < 1:
+        return _fail(
+            f"--predict must be a fraction in (0, 1) of each run's compute, got {args.predict}"
+        )
     _sigterm_interrupts()
     out = Path(args.out)
     try:
@@ -230,7 +250,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not args.report_only:
             jobs = 1 if args.jobs is None else args.jobs
             run = run_matrix(spec, out, jobs=jobs, argv=getattr(args, "argv", None))
-        report = build_report(spec, out)
+        report = build_report(spec, out, args.predict, args.predict_compute)
     except (RunInterrupted, KeyboardInterrupt):
         print(
             f"rlvr: compare interrupted; finished cells are kept and the running one "
@@ -486,6 +506,26 @@ def _add_compare(sub) -> None:
     )
     p.add_argument(
         "--report-only", action="store_true", help="rebuild the report from finished cells"
+    )
+    p.add_argument(
+        "--predict",
+        type=float,
+        metavar="FRACTION",
+        help="also fit each condition's sigmoid on the first FRACTION of its compute and "
+        "report how well it predicts the rest (e.g. 0.5)",
+    )
+    p.add_argument(
+        "--predict-compute",
+        choices=("tokens", "seconds"),
+        default="tokens",
+        help="compute axis of --predict: generated tokens or rollout + train seconds",
+    )
+    p.add_argument(
+        "--holm",
+        nargs="+",
+        metavar="DIR",
+        help="judge the studies in these finished comparison directories together, "
+        "Holm-corrected over all their predictions, and print the table",
     )
     from rlvr.cli_compare_items import add_items_arguments
 

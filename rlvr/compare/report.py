@@ -320,17 +320,27 @@ def _verdict(spec: MatrixSpec, results: list[CellResult]) -> str:
     return verdict_section(hypothesis, records, items, eval_items, accuracy)
 
 
-def build_report(spec: MatrixSpec, out_dir: str | Path) -> Report:
-    """Write results.csv, report.md and plots/ for the finished cells of `spec`."""
+def finished_results(spec: MatrixSpec, out: Path) -> tuple[list[CellResult], list[str]]:
+    """The finished cells' results and the names of the unfinished ones."""
+    loaded = [(c, load_cell(c)) for c in spec.cells(out)]
+    results = [r for _, r in loaded if r is not None]
+    if not results:
+        raise ValueError(f"no finished cells under {out / 'cells'}; run `rlvr compare` first")
+    return results, [c.name for c, r in loaded if r is None]
+
+
+def build_report(
+    spec: MatrixSpec,
+    out_dir: str | Path,
+    predict: float | None = None,
+    predict_compute: str = "tokens",
+) -> Report:
+    """Write results.csv, report.md and plots/ for the finished cells of `spec`; with
+    `predict`, a section testing early-compute sigmoid fits (rlvr/compare/predict.py)."""
     from rlvr.compare.plots import plot_comparison
 
     out = Path(out_dir)
-    cells = spec.cells(out)
-    loaded = [(c, load_cell(c)) for c in cells]
-    results = [r for _, r in loaded if r is not None]
-    missing = [c.name for c, r in loaded if r is None]
-    if not results:
-        raise ValueError(f"no finished cells under {out / 'cells'}; run `rlvr compare` first")
+    results, missing = finished_results(spec, out)
     write_results_csv(results, out / "results.csv")
     groups = _group(results)
     fits, fit_notes = fit_curves(groups)
@@ -345,8 +355,35 @@ def build_report(spec: MatrixSpec, out_dir: str | Path) -> Report:
     if spec.hypothesis is not None:
         body += ["## Verdict (pre-registered hypothesis)", _verdict(spec, results)]
     body += _sections(spec, groups, fits, fit_notes, diff_text, plots, out)
+    if predict is not None:
+        from rlvr.compare.predict import predict_section
+
+        body += [
+            f"## Predictive fits (first {predict:g} of compute)",
+            predict_section(groups, predict, predict_compute),
+        ]
     path = out / "report.md"
     path.write_text("\n\n".join(body) + "\n")
     if missing:
         warnings.append(f"{len(missing)} cells have not finished: {', '.join(missing)}")
     return Report(path, plots, warnings)
+
+
+def study_set_report(out_dirs: list[str | Path]) -> str:
+    """Holm over every prediction of the studies run in `out_dirs` (each holds the
+    matrix.yaml, with its hypothesis, that `rlvr compare` wrote)."""
+    from rlvr.compare.matrix import load_spec
+    from rlvr.compare.verdict import hypothesis_from_dict
+    from rlvr.compare.verdict_report import study_set_section
+
+    studies = []
+    for out in map(Path, out_dirs):
+        if not (out / "matrix.yaml").is_file():
+            raise ValueError(f"--holm {out}: no matrix.yaml (not a `rlvr compare --out` directory)")
+        spec = load_spec(out / "matrix.yaml")
+        if spec.hypothesis is None:
+            raise ValueError(f"--holm {out}: its matrix.yaml has no hypothesis to judge")
+        results, _ = finished_results(spec, out)
+        hypothesis = hypothesis_from_dict(spec.hypothesis, spec.labels())
+        studies.append((str(out), hypothesis, *study_data(results)))
+    return study_set_section(studies)

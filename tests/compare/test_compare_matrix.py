@@ -98,3 +98,25 @@ def test_token_budget_stops_each_cell_at_the_budget(tmp_path, one_thread):
     last = float(rows[-1]["generated_tokens"])
     per_step = last / int(rows[-1]["step"])
     assert 300 <= last < 300 + 2 * per_step  # stopped at the first step past the budget
+
+
+def test_cli_predict_and_holm(matrix_copy, capsys):
+    # Two eval points after step 0 per cell: a half-compute fit has < 3 points, said so.
+    assert main(["compare", "--out", str(matrix_copy), "--report-only", "--predict", "0.5"]) == 0
+    text = (matrix_copy / "report.md").read_text()
+    assert "## Predictive fits (first 0.5 of compute)" in text and "< 3: no fit" in text
+    assert main(["compare", "--out", str(matrix_copy), "--report-only", "--predict", "2"]) == 2
+    assert "--predict must be a fraction in (0, 1)" in capsys.readouterr().err
+    assert main(["compare", "--holm", str(matrix_copy)]) == 2
+    assert "has no hypothesis" in capsys.readouterr().err
+    path = matrix_copy / "matrix.yaml"
+    spec = yaml.safe_load(path.read_text())
+    prediction = {"metric": "eval/accuracy", "treatment": "dr_grpo", "control": "grpo",
+                  "direction": "greater", "threshold": -0.05}  # fmt: skip
+    spec["hypothesis"] = {"claim": "c", "source": "s", "min_seeds": 2, "predictions": [prediction]}
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["compare", "--holm", str(matrix_copy), str(matrix_copy)]) == 0
+    out = capsys.readouterr().out
+    assert "Study set of 2 studies" in out and "bootstrap over 2 seeds × 16 items" in out
+    assert main(["compare", "--holm", str(matrix_copy), "--seeds", "3"]) == 2
+    assert "drop --seeds" in capsys.readouterr().err

@@ -74,3 +74,25 @@ def test_budget_from_options():
     assert tokens.budget == Budget("tokens", 5000, max_steps=40)
     with pytest.raises(ValueError, match=r"needs budget\.value"):
         spec_from_options(budget_mode="tokens")
+
+
+def test_warm_seed_per_seed_varies_the_warm_start_with_the_seed(tmp_path):
+    cells = tiny_spec(warm_seed="per_seed").cells(tmp_path)
+    assert [(c.seed, c.config["warm_seed"]) for c in cells] == [(0, 0), (0, 0), (1, 1), (1, 1)]
+    assert tiny_spec(warm_seed="per_seed").to_dict()["warm_seed"] == "per_seed"
+    assert "warm_seed" not in tiny_spec().to_dict()  # shared: the base's, as before
+    assert all("warm_seed" not in c.config for c in tiny_spec().cells(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"warm_seed": 3}, "warm_seed=3 is unknown; valid: shared, per_seed"),
+        ({"warm_seed": "per_seed", "base": {"warm_seed": 1}}, "remove warm_seed from base"),
+        ({"compares": ["clip_hi"]}, r"compares names unknown config field\(s\) \['clip_hi'\]"),
+        ({"compares": 3}, "compares must be a list of config field names, got 3"),
+    ],
+)
+def test_compares_and_warm_seed_errors_name_the_field(change, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_spec(**change)
