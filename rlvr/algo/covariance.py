@@ -106,7 +106,7 @@ def kl_cov_selection(cov: torch.Tensor, response_mask: torch.Tensor, ratio: floa
     return selected.reshape(cov.shape)
 
 
-@register_surrogate("kl_cov", needs_mask=True, per_micro_batch=True)
+@register_surrogate("kl_cov", needs_mask=True, per_micro_batch=True, bounds="none")
 def kl_cov(
     ratio: torch.Tensor,
     advantages: torch.Tensor,

@@ -8,6 +8,7 @@ clip_high=0.3)`); `describe` explains each field for `rlvr recipes` and the docs
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field, fields
 
 # Importing the modules that define the built-in choices registers them.
@@ -524,6 +525,20 @@ RECIPES: dict[str, Recipe] = {
         ),
     )
 }
+
+
+def clip_band(recipe: Recipe) -> str:
+    """The surrogate's trust region as `rlvr recipes` prints it, read from its registered
+    `bounds`: ratio bounds, log-ratio bounds as ratios, DPPO's probability change, or —."""
+    kind = SURROGATES.get(recipe.surrogate).bounds
+    low, high = recipe.clip_low, recipe.clip_high
+    if kind == "log_ratio":
+        return f"{math.exp(-low):.3g}..{math.exp(high):.3g}"
+    if kind == "probability":
+        return f"Δπ −{low:g}..+{high:g}"
+    if kind == "none":
+        return "—"
+    return f"{1 - low:g}..{1 + high:g}"
 
 
 def recipe_fields() -> dict[str, str]:

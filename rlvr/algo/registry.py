@@ -139,7 +139,7 @@ class Registry:
 
 ADVANTAGES = Registry("advantage", needs_critic=False, token_rewards=False, group_baseline=False)
 RATIOS = Registry("ratio", sequence_level=False)
-SURROGATES = Registry("surrogate", needs_mask=False, per_micro_batch=False)
+SURROGATES = Registry("surrogate", needs_mask=False, per_micro_batch=False, bounds="ratio")
 AGGREGATIONS = Registry("aggregation")
 KL_ESTIMATORS = Registry("kl")
 SELECTIONS = Registry("selection")
@@ -164,7 +164,9 @@ def register_surrogate(name: str, **attrs: Any) -> Callable:
 
     Properties: needs_mask (it reads the response mask, passed as `response_mask=`, e.g.
     for a sequence mean); per_micro_batch (it reads statistics of all the rows it is given,
-    so its gradient depends on the micro-batch split and no row may be skipped)."""
+    so its gradient depends on the micro-batch split and no row may be skipped); bounds
+    (what clip_low/clip_high bound, for `rlvr recipes`: "ratio" ρ ∈ [1 − low, 1 + high],
+    "log_ratio" Δ ∈ [−low, high], "probability" π − π_old ∈ [−low, high], or "none")."""
     return SURROGATES.register(name, **attrs)
 
 

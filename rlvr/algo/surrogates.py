@@ -80,7 +80,7 @@ def cispo(
     return SurrogateOut(loss, low, high)
 
 
-@register_surrogate("reinforce")
+@register_surrogate("reinforce", bounds="none")
 def reinforce(
     ratio: torch.Tensor,
     advantages: torch.Tensor,
@@ -96,7 +96,7 @@ def reinforce(
     return SurrogateOut(loss, never, never)
 
 
-@register_surrogate("sapo")
+@register_surrogate("sapo", bounds="none")
 def sapo(
     ratio: torch.Tensor,
     advantages: torch.Tensor,
@@ -116,7 +116,7 @@ def sapo(
     return SurrogateOut(-gate * advantages, never, never)
 
 
-@register_surrogate("gmpo", needs_mask=True)
+@register_surrogate("gmpo", needs_mask=True, bounds="log_ratio")
 def gmpo(
     ratio: torch.Tensor,
     advantages: torch.Tensor,
@@ -146,7 +146,7 @@ def gmpo(
     return SurrogateOut(loss, low, high)
 
 
-@register_surrogate("dppo_tv")
+@register_surrogate("dppo_tv", bounds="probability")
 def dppo_tv(
     ratio: torch.Tensor,
     advantages: torch.Tensor,
