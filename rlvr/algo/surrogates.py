@@ -110,7 +110,9 @@ def sapo(
     (1.0 / 1.05, as verl's `compute_policy_loss_sapo` and TRL's `loss_type="sapo"`; a
     larger τ_neg fades negative updates faster). No token is "clipped" (docs/algorithms.md §3).
     """
-    temperature = torch.where(advantages > 0, params.sapo_tau_pos, params.sapo_tau_neg)
+    # In the advantages' dtype: torch.where of two Python floats would give float32 τ.
+    temperature = torch.full_like(advantages, params.sapo_tau_neg)
+    temperature = temperature.masked_fill(advantages > 0, params.sapo_tau_pos)
     gate = torch.sigmoid(temperature * (ratio - 1.0)) * (4.0 / temperature)
     never = torch.zeros_like(ratio, dtype=torch.bool)
     return SurrogateOut(-gate * advantages, never, never)
