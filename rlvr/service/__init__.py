@@ -11,6 +11,7 @@ the sampler, over rlvr's own forward, losses and engine (docs/service.md).
 """
 
 from rlvr.service.client import ServiceClient, load_base_model, tokens_of
+from rlvr.service.episodes import EpisodeResponse, SampledEpisode, episode_datum
 from rlvr.service.losses import API_LOSSES
 from rlvr.service.sampling import SamplingClient, StaleWeightsError
 from rlvr.service.training import TrainingClient
@@ -33,10 +34,12 @@ __all__ = [
     "APIFuture",
     "AdamParams",
     "Datum",
+    "EpisodeResponse",
     "ForwardBackwardOutput",
     "ModelInput",
     "OptimStepResponse",
     "SampleResponse",
+    "SampledEpisode",
     "SampledSequence",
     "SamplingClient",
     "SamplingParams",
@@ -45,6 +48,7 @@ __all__ = [
     "StaleWeightsError",
     "TensorData",
     "TrainingClient",
+    "episode_datum",
     "load_base_model",
     "tokens_of",
 ]

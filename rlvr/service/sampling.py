@@ -15,10 +15,14 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from rlvr.envs.base import Environment
+from rlvr.envs.budgets import EpisodeBudgets
 from rlvr.models.tokenizer import Tokenizer
+from rlvr.rollout.base import RolloutEngine
 from rlvr.rollout.base import SamplingParams as EngineParams
-from rlvr.rollout.hf_engine import HFEngine
 from rlvr.rollout.stops import stop_end
+from rlvr.service import episodes
+from rlvr.service.episodes import EpisodeResponse
 from rlvr.service.types import (
     APIFuture,
     ModelInput,
@@ -37,7 +41,7 @@ class SamplingClient:
 
     def __init__(
         self,
-        engine: HFEngine,
+        engine: RolloutEngine,
         logprobs_of: Callable[[ModelInput], list[float | None]],
         seed: int = 0,
         staleness: Callable[[], str | None] = lambda: None,
@@ -57,9 +61,7 @@ class SamplingClient:
         token included) and their sampler log-probs."""
         self._check_fresh()
         params = _engine_params(num_samples, sampling_params)
-        generator = self.generator
-        if sampling_params.seed is not None:
-            generator = torch.Generator().manual_seed(int(sampling_params.seed))
+        generator = self._generator(sampling_params)
         tokens = _prompt_tokens(prompt, self.engine.tokenizer.vocab_size)
         gen = self.engine.generate_ids([tokens], params, generator)
         sequences = []
@@ -72,6 +74,37 @@ class SamplingClient:
             )
             sequences.append(_apply_stop(seq, sampling_params.stop, self.engine.tokenizer))
         return APIFuture(SampleResponse(sequences))
+
+    def sample_episodes(
+        self,
+        prompt: ModelInput,
+        num_samples: int,
+        sampling_params: SamplingParams,
+        environment: Callable[[], Environment],
+        budgets: EpisodeBudgets | None = None,
+    ) -> APIFuture[EpisodeResponse]:
+        """`num_samples` multi-turn episodes of `prompt`, each against a fresh
+        `environment()`: rlvr's episode loop, so each trajectory is the trainer's record
+        (service/episodes.py). `sampling_params.max_tokens` bounds the whole trajectory,
+        policy and observation tokens together; turns end at the environment's stop strings."""
+        self._check_fresh()
+        if sampling_params.stop:
+            raise ValueError(
+                f"sample_episodes: SamplingParams.stop={sampling_params.stop!r} cannot take "
+                "effect; an episode's turns end at its environment's `stop` strings"
+            )
+        params = _engine_params(num_samples, sampling_params)
+        tokens = _prompt_tokens(prompt, self.engine.tokenizer.vocab_size)
+        generator = self._generator(sampling_params)
+        budgets = budgets or EpisodeBudgets()
+        return APIFuture(
+            episodes.run(self.engine, tokens, num_samples, params, environment, budgets, generator)
+        )
+
+    def _generator(self, sampling_params: SamplingParams) -> torch.Generator:
+        if sampling_params.seed is None:
+            return self.generator
+        return torch.Generator().manual_seed(int(sampling_params.seed))
 
     async def sample_async(
         self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams
