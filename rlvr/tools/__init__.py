@@ -1,0 +1,13 @@
+"""Tool functions a policy can call through `rlvr.envs.ToolEnvironment`."""
+
+from rlvr.tools.python_sandbox import SandboxLimits, make_python_tool, python, run_python
+from rlvr.tools.special_tokens import neutralise, tokenizer_tokens
+
+__all__ = [
+    "SandboxLimits",
+    "make_python_tool",
+    "neutralise",
+    "python",
+    "run_python",
+    "tokenizer_tokens",
+]
