@@ -23,3 +23,21 @@ def test_study_is_preregistered(path, tmp_path):
     assert hypothesis.evalsize.startswith("rlvr evalsize")
     assert spec.cells(tmp_path)  # every cell's config resolves
     assert path.parent.name in (path.parents[1] / "README.md").read_text()
+
+
+METRICS_DOC = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.parent.name)
+def test_study_can_fail_where_its_mechanism_is_idle(path):
+    """Issue 32: every replication prediction is gated by a manipulation check on a
+    documented metric, and every study names the fields it compares."""
+    spec = load_spec(path)
+    hypothesis = hypothesis_from_dict(spec.hypothesis, spec.labels())
+    assert spec.compares, "declare `compares:` so the difference check can tick or cross"
+    for prediction in hypothesis.predictions:
+        if prediction.kind == "replication":
+            gates = (*hypothesis.mechanisms, *prediction.mechanisms)
+            assert gates, f"{prediction.describe()} has no manipulation check"
+            for mechanism in gates:
+                assert f"`{mechanism.metric}`" in METRICS_DOC, mechanism.metric
