@@ -53,7 +53,11 @@ class TrainConfig:
     task_options: dict = field(default_factory=dict, metadata={"doc": "task constructor options"})
     model: str = _doc("'embedded' (tiny warm-started policy), a local path or hub id", "embedded")
     warm_target: float = _doc("dev accuracy at which the embedded warm start stops", 0.3)
-    warm_seed: int = _doc("seed of the embedded warm start (shared by all RL seeds)", 0)
+    warm_seed: int = _doc(
+        "seed of the embedded warm start (shared by all RL seeds; `rlvr compare` matrices "
+        "may set warm_seed: per_seed)",
+        0,
+    )
     warm_max_steps: int = _doc(
         "supervised steps the embedded warm start may take before it stops short of "
         "warm_target (a matched control's equal supervised budget)",
