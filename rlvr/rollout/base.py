@@ -101,6 +101,12 @@ class RolloutEngine(Protocol):
         policy update; a no-op for an engine that shares the trainer's module)."""
         ...
 
+    def score_ids(self, prompts: list[list[int]], responses: list[list[int]]) -> list[torch.Tensor]:
+        """log π(y_t | x, y_<t) (one float32 tensor per response) of given responses under
+        the weights the engine samples with, at temperature 1 and top_p 1: what the
+        weight-sync probe compares with the trainer's (rlvr/train/sync_probe.py)."""
+        ...
+
 
 def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
     """Token ids of each prompt; an empty list, or a prompt that encodes to nothing, is

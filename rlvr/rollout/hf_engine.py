@@ -112,6 +112,34 @@ class HFEngine(TextPrompts):
     def sync_weights(self) -> None:
         """Nothing to do: this engine samples with the trainer's own module."""
 
+    def score_ids(self, prompts: list[list[int]], responses: list[list[int]]) -> list[torch.Tensor]:
+        """Log-probs of given responses through the sampling path itself (the same decode
+        loop and KV cache, each step's token forced instead of drawn), at temperature 1."""
+        device = next(self.model.parameters()).device
+        steps = max(1, *map(len, responses))
+        pad = self.tokenizer.pad_token_id
+        forced = torch.full((len(responses), steps), pad, dtype=torch.long, device=device)
+        for row, ids in enumerate(responses):
+            forced[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        logprobs = []
+
+        def force(logits: torch.Tensor) -> torch.Tensor:
+            token = forced[:, len(logprobs)]
+            logprobs.append(logits.float().log_softmax(-1).gather(-1, token[:, None])[:, 0])
+            return token
+
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                input_ids, attention_mask = left_pad(prompts, pad, device)
+                decode = self._static.decode if self._static is not None else self._dynamic_decode
+                decode(input_ids, attention_mask, 1, steps, force, lambda _, s: s + 1 >= steps)
+        finally:
+            self.model.train(was_training)
+        scored = torch.stack(logprobs, -1).cpu()  # (B, steps)
+        return [scored[row, : len(ids)] for row, ids in enumerate(responses)]
+
     def _next_logits(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
         hidden = self.model.base_model(
             input_ids=input_ids,

@@ -49,6 +49,9 @@ class ForcedInterruption(TextPrompts):
     def sync_weights(self) -> None:
         self.engine.sync_weights()
 
+    def score_ids(self, prompts, responses) -> list[torch.Tensor]:
+        return self.engine.score_ids(prompts, responses)
+
     def generate_ids(
         self, prompts, params: SamplingParams, generator: torch.Generator
     ) -> Generation:

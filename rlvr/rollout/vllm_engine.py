@@ -60,6 +60,13 @@ class Backend(Protocol):
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None: ...
 
+    def score(
+        self, prompt_ids: list[list[int]], response_ids: list[list[int]]
+    ) -> list[list[float]]:
+        """log π(y_t | x, y_<t) at temperature 1 of each response token, as the served
+        weights give it (the weight-sync probe)."""
+        ...
+
     def sleep(self) -> None: ...
 
     def wake_up(self, tags: list[str] | None = None) -> None: ...
@@ -120,6 +127,21 @@ class VLLMEngine(TextPrompts):
         with torch.no_grad():
             self.backend.load_weights(merged_state_dict(self.model).items())
         self.synced_steps += 1
+
+    def score_ids(self, prompts: list[list[int]], responses: list[list[int]]) -> list[torch.Tensor]:
+        """The backend's log-probs of given responses (vLLM: prompt log-probs of prompt +
+        response), at temperature 1: what the weight-sync probe compares."""
+        self._wake()
+        try:
+            scored = self.backend.score(prompts, responses)
+        finally:
+            self._sleep()
+        if [len(s) for s in scored] != [len(r) for r in responses]:
+            raise ValueError(
+                f"backend scored {[len(s) for s in scored]} tokens for responses of "
+                f"{[len(r) for r in responses]}"
+            )
+        return [torch.tensor(s, dtype=torch.float32) for s in scored]
 
     # -- sampling ------------------------------------------------------------------------
 
@@ -235,6 +257,21 @@ class VLLMBackend:
         prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [[_sample(c) for c in out.outputs] for out in outputs]
+
+    def score(self, prompt_ids, response_ids):
+        # max_tokens=1: vLLM must generate something; only the prompt's log-probs are read.
+        params = self._vllm.SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
+        prompts = [
+            {"prompt_token_ids": p + r} for p, r in zip(prompt_ids, response_ids, strict=True)
+        ]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        return [
+            [
+                entry[token].logprob
+                for token, entry in zip(r, out.prompt_logprobs[len(p) :], strict=True)
+            ]
+            for out, p, r in zip(outputs, prompt_ids, response_ids, strict=True)
+        ]
 
     def load_weights(self, weights):
         weights = list(weights)

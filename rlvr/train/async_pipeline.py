@@ -6,8 +6,9 @@ while the learner trains, with a bound `max_lag` on how stale a rollout may be.
 
 The lag of a round is the learner's policy version when it is consumed minus the version it
 was sampled with; a round with lag > `max_lag` is dropped (counted, its tokens wasted). The
-learner's π_old is its own policy, so the recipe's truncated importance sampling (`tis_cap`)
-corrects the sampler/learner mismatch that the lag causes; the mismatch is logged.
+learner's π_old is its own policy, so the recipe's rollout correction (`rollout_correction`,
+docs/19-rollout-correction.md) corrects the sampler/learner mismatch that the lag causes; the
+mismatch is logged by the loss, as in every run (`rollout/mismatch_*`).
 
 `max_lag = 0` is the synchronous run by design: a round is requested only when the learner
 needs it, with the learner's current weights and the learner's own sampling generator, whose
@@ -214,14 +215,8 @@ class AsyncTrainer(Trainer):
         collected.extra["time/rollout_wait_s"] = time.perf_counter() - started
         return collected
 
-    def _annotate(self, rollout: Rollout) -> None:
-        super()._annotate(rollout)
-        self._mismatch = _mismatch(self, rollout)
-
     def train_step(self) -> dict[str, float]:
-        self._mismatch = {}
         metrics = super().train_step()
-        metrics.update(self._mismatch)
         self.pipeline.advance()
         return metrics
 
@@ -242,21 +237,6 @@ class AsyncTrainer(Trainer):
 
     def close(self) -> None:
         self.pipeline.close()
-
-
-def _mismatch(trainer: Trainer, rollout: Rollout) -> dict[str, float]:
-    """Sampler vs learner log-probs on the sampled tokens: mean log(π_sampler/π_learner)
-    (a k1 estimate of KL(sampler‖learner)) and the mean |difference|."""
-    learner = rollout.old_logprobs
-    if learner is None:
-        learner = trainer._logprobs(trainer.model, rollout)
-    mask = rollout.loss_mask
-    diff = (rollout.sampler_logprobs - learner) * mask
-    tokens = mask.sum().clamp(min=1)
-    return {
-        "async/mismatch_kl": float(diff.sum() / tokens),
-        "async/mismatch_abs": float(diff.abs().sum() / tokens),
-    }
 
 
 def make_trainer(cfg: TrainConfig) -> Trainer:

@@ -169,6 +169,17 @@ class TrainConfig:
     max_lag: int = _doc(
         "async: policy versions a rollout may lag the learner; older ones are dropped", 0
     )
+    sync_probe: bool = _doc(
+        "before the first step and after every weight sync, check that the rollout engine's "
+        "log-probs of a fixed probe batch equal the trainer's; stop the run if not "
+        "(docs/19-rollout-correction.md)",
+        True,
+    )
+    sync_probe_tol: float | None = _doc(
+        "the probe's limit on mean |log π_engine − log π_trainer|; null: the engine's "
+        "default (hf with a float32 policy 1e-3, else 5e-2)",
+        None,
+    )
     parallel: str = _doc(
         "data parallelism under torchrun: 'ddp' (every rank holds the whole model) or 'fsdp' "
         "(FSDP2: weights, gradients and optimizer states sharded over the ranks)",
@@ -285,6 +296,14 @@ class TrainConfig:
             raise ValueError(f"save_every_minutes must be a number ≥ 0, got {minutes!r}")
         if not str(self.out).strip():
             raise ValueError("out must name an output directory, got an empty string")
+        tol = self.sync_probe_tol
+        if tol is not None and (not is_number(tol) or not tol > 0):
+            raise ValueError(f"sync_probe_tol must be a number > 0 or null, got {tol!r}")
+        if tol is not None and not self.sync_probe:
+            raise ValueError(
+                f"sync_probe_tol={tol} is the weight-sync probe's limit, and sync_probe=false "
+                f"turns the probe off; remove one of them"
+            )
 
     def build_recipe(self) -> Recipe:
         return get_recipe(self.recipe, **self.overrides)

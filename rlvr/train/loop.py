@@ -39,6 +39,7 @@ from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.rng_state import load_rng_state, rng_state
 from rlvr.train.rollout_record import Rollout
 from rlvr.train.step_metrics import step_metrics
+from rlvr.train.sync_probe import make_sync_probe
 from rlvr.train.teacher_model import load_teacher, teacher_metrics
 from rlvr.train.update import UpdateSettings, minibatch_rows, policy_update
 from rlvr.warmstart import load_policy
@@ -71,6 +72,7 @@ class Trainer:
         # measure dropout noise.
         dropout_off(self.model)
         self.engine = self._make_engine(self.model)
+        self.sync_probe = make_sync_probe(cfg, self.task, self.tokenizer, self.model)
         self.optimizer = self._policy_optimizer()
         self.reference = self._frozen_copy() if self.recipe.needs_reference else None
         self.teacher = (
@@ -206,6 +208,9 @@ class Trainer:
 
     def train_step(self) -> dict[str, float]:
         """Collect one rollout batch and update on it; returns the step's metrics."""
+        if self.sync_probe is not None and not self.sync_probe.started:
+            self.sync_probe.started = True  # before the first step this process takes
+            self._probe_sync(f"before step {self.step + 1}")
         collected = self._collect()
         rollout = collected.rollout
         started = time.perf_counter()
@@ -231,6 +236,7 @@ class Trainer:
             )
         )
         self.engine.sync_weights()
+        metrics.update(self._probe_sync(f"after the weight sync of step {self.step + 1}"))
         if self.critic is not None:
             metrics.update(
                 self._critic_steps(rollout, prepared.returns, prepared.response_mask, prepared.keep)
@@ -238,6 +244,21 @@ class Trainer:
         # Everything after sampling: π_old/π_ref/V forwards, advantages, policy and critic updates.
         metrics["time/train_s"] = time.perf_counter() - started
         return metrics
+
+    def _probe_sync(self, when: str) -> dict[str, float]:
+        """The weight-sync probe (rlvr/train/sync_probe.py): its metrics, {} when off; a
+        gap above its tolerance stops the run naming `when`."""
+        if self.sync_probe is not None and self.data_parallel is not None:
+            warnings.warn(
+                "sync_probe is not run under torchrun yet (the rollout copy is synced after "
+                "the shared step); set sync_probe: false to silence this",
+                stacklevel=2,
+            )
+            self.sync_probe = None
+        if self.sync_probe is None:
+            return {}
+        pad, fp32 = self.tokenizer.pad_token_id, self.recipe.fp32_head
+        return self.sync_probe.check(self.engine, self.model, pad, fp32, when)
 
     def _policy_optimizer(self) -> torch.optim.AdamW:
         """AdamW over the policy's parameters as they are now (a sharded trainer rebuilds it

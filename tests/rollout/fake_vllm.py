@@ -44,6 +44,11 @@ class FakeBackend:
             )
         return groups
 
+    def score(self, prompt_ids, response_ids):
+        self.calls.append("score")
+        scored = self.sampler.score_ids(prompt_ids, response_ids)
+        return [s.tolist() for s in scored]
+
     def load_weights(self, weights):
         self.calls.append("load_weights")
         self.inference.load_state_dict(dict(weights))
