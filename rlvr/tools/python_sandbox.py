@@ -174,6 +174,7 @@ def _config(limits: SandboxLimits, uid: int | None) -> dict:
         "python": sys.executable,
         "site_packages": limits.site_packages,
         "reveal": sorted(os.path.realpath(p) for p in needed),
+        "namespaces": True,  # False: as where the kernel refuses them (tests)
         "env": ENV,
     }
 
@@ -239,14 +240,21 @@ def _parse_reports(reports: bytes) -> dict:
 _warned: set[tuple[str, ...]] = set()
 
 
+NOT_ENFORCED = {
+    "namespaces": "no namespaces: the network is reachable, the file system is writable "
+    "where the user may write, other processes are visible",
+    "uid": "not root: the code runs as the trainer's user",
+    "read_only_root": "the file system could not be made read-only",
+}
+
+
 def _warn_once(enforced: dict) -> None:
-    missing = [k for k in ("namespaces", "uid", "read_only_root") if not enforced.get(k, False)]
-    if missing and tuple(missing) not in _warned:
-        _warned.add(tuple(missing))
+    missing = tuple(k for k in NOT_ENFORCED if not enforced.get(k, False))
+    if missing and missing not in _warned:
+        _warned.add(missing)
+        why = "; ".join(NOT_ENFORCED[k] for k in missing)
         warnings.warn(
-            f"python sandbox: not enforced here: {', '.join(missing)} (namespaces: no network "
-            f"or file-system isolation; uid: not root, so the process limit is approximate); "
-            f"see docs/agentic.md, 'The python sandbox: guarantees and limits'",
+            f"python sandbox: {why} (docs/agentic.md, 'The python sandbox: guarantees and limits')",
             RuntimeWarning,
             stacklevel=4,
         )

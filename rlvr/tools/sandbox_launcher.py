@@ -100,6 +100,20 @@ def processes_of(uid: int) -> dict[int, str]:
     return found
 
 
+def tasks_of(uid: int) -> int:
+    """Processes and threads of `uid`, as RLIMIT_NPROC counts them."""
+    total = 0
+    for name in filter(str.isdigit, os.listdir("/proc") if os.path.isdir("/proc") else []):
+        try:
+            with open(f"/proc/{name}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+            if int(status["Uid"].split()[0]) == uid:
+                total += int(status["Threads"])
+        except (OSError, KeyError, ValueError):
+            continue
+    return total
+
+
 def mount(source, target, fstype, flags, data=None) -> None:
     encode = lambda s: s.encode() if s is not None else None  # noqa: E731
     if libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)) != 0:
@@ -112,7 +126,7 @@ def unshare(root: bool) -> bool:
     which this user is INNER_UID); False where the kernel refuses."""
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
     uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(flags | (0 if root else CLONE_NEWUSER)) != 0:
+    if not hasattr(libc, "unshare") or libc.unshare(flags | (0 if root else CLONE_NEWUSER)):
         return False
     if not root:
         for name, text in (
@@ -284,16 +298,25 @@ def start(child: Callable[[], int]) -> int:
 
 def main(config: dict, runner: str, code: str) -> int:
     root = config["uid"] is not None
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans come here to be reaped, not to init
+    if hasattr(libc, "prctl"):  # Linux
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans come here to be reaped, not to init
     if root and not sweep(config["uid"]):
         report(error=f"processes of sandbox uid {config['uid']} cannot be killed")
         return SETUP_FAILED
     signal.signal(signal.SIGTERM, stop)
-    isolated = unshare(root)
+    isolated = config["namespaces"] and unshare(root)
     report(namespaces=isolated, uid=root)
     if isolated:
         # init is reaped only after the kernel killed and reaped all else in its namespace
         return exit_code(wait_for(start(lambda: init(config, runner, code))))
+    if root and (hidden := [p for p in config["reveal"] if inaccessible_ancestor(p)]):
+        report(
+            error=f"{hidden} cannot be entered by an unprivileged uid and mount namespaces "
+            f"are refused here: install Python where others may read it"
+        )
+        return SETUP_FAILED
+    if not root:  # RLIMIT_NPROC counts all of this user's processes: allow that many more
+        config = {**config, "max_processes": config["max_processes"] + tasks_of(os.getuid())}
     workdir = tempfile.mkdtemp(prefix="rlvr-sandbox-")
     if root:
         os.chown(workdir, config["uid"], config["uid"])

@@ -3,6 +3,7 @@ the sandbox may be left (none of its uids in /proc, zombies included)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -12,13 +13,19 @@ from pathlib import Path
 import pytest
 
 from rlvr.envs.tools import ToolEnvironment, tool_schema
-from rlvr.tools import SandboxLimits, make_python_tool, neutralise, python, run_python
+from rlvr.tools import (
+    SandboxLimits,
+    make_python_tool,
+    neutralise,
+    python,
+    python_sandbox,
+    run_python,
+)
 from rlvr.tools.python_sandbox import UID_COUNT, observation
 from rlvr.tools.special_tokens import COMMON_TOKENS, tokenizer_tokens
 
 ROOT = Path(__file__).resolve().parents[2]
-FAST = SandboxLimits(timeout_s=2)
-FIRST, LAST = FAST.first_uid, FAST.first_uid + UID_COUNT
+FIRST, LAST = SandboxLimits().first_uid, SandboxLimits().first_uid + UID_COUNT
 
 
 def sandbox_processes() -> list[str]:
@@ -43,8 +50,12 @@ def no_process_left():
     assert sandbox_processes() == []
 
 
+STOPPED = {"timeout_s": 2}
+"""For code that runs until it is stopped; other code gets 10 s, on a loaded machine too."""
+
+
 def run(code: str, **limits) -> tuple[str, object]:
-    chosen = SandboxLimits(**{"timeout_s": 2, **limits})
+    chosen = SandboxLimits(**{"timeout_s": 10, **limits})
     result = run_python(code, chosen)
     return observation(result, chosen), result
 
@@ -58,7 +69,7 @@ as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the hostile tests are ru
 @as_root
 def test_a_fork_storm_is_capped_and_killed():
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
-    text, result = run(code, max_processes=8)
+    text, result = run(code, max_processes=8, **STOPPED)
     assert result.timed_out
     assert text.endswith("[timed out after 2 s: the program was stopped]")
 
@@ -66,14 +77,14 @@ def test_a_fork_storm_is_capped_and_killed():
 @as_root
 def test_an_infinite_loop_is_stopped_at_the_wall_clock_limit():
     started = time.monotonic()
-    text, result = run("while True:\n    pass")
+    text, result = run("while True:\n    pass", **STOPPED)
     assert result.timed_out and text == "[timed out after 2 s: the program was stopped]"
-    assert time.monotonic() - started < 4
+    assert time.monotonic() - started < 6
 
 
 @as_root
 def test_cpu_time_is_limited_per_process():
-    text, result = run("while True:\n    pass", timeout_s=5, cpu_s=1)
+    text, result = run("while True:\n    pass", timeout_s=20, cpu_s=1)
     assert not result.timed_out and result.exit_code == 128 + 24  # SIGXCPU
     assert text == "[killed: over its CPU time limit of 1 s]"
 
@@ -149,8 +160,8 @@ def test_it_cannot_read_the_parents_environment(monkeypatch):
 @as_root
 def test_sleeping_forever_is_stopped():
     started = time.monotonic()
-    _, result = run("import time\ntime.sleep(10**6)")
-    assert result.timed_out and time.monotonic() - started < 4
+    _, result = run("import time\ntime.sleep(10**6)", **STOPPED)
+    assert result.timed_out and time.monotonic() - started < 6
 
 
 DAEMON = """
@@ -174,7 +185,7 @@ def test_a_setsid_double_forked_daemon_dies_with_the_call():
 
 @as_root
 def test_a_daemon_dies_when_the_call_times_out():
-    _, result = run(DAEMON + "time.sleep(1000)\n")
+    _, result = run(DAEMON + "time.sleep(1000)\n", **STOPPED)
     assert result.timed_out
 
 
@@ -195,7 +206,7 @@ def test_an_alarm_during_the_call_waits_for_the_clean_up():
     assert reply.tool_error == "timeout" and reply.observation == (
         "<result>error: python timed out after 0.5s</result>"
     )
-    assert 1.5 < time.monotonic() - started < 4
+    assert 1.5 < time.monotonic() - started < 8
 
 
 # --- normal use ---------------------------------------------------------------------------
@@ -301,8 +312,114 @@ def test_neutralised_text_does_not_tokenize_to_the_special_token():
     assert end in tokenizer.encode("done<|im_end|>")  # the danger: text becomes the token
     tokens = tokenizer_tokens(tokenizer)
     assert {"<|im_end|>", "<|im_start|>", "<|pad|>"} <= set(tokens)
-    tool = make_python_tool(timeout_s=2, extra_tokens=tokens)
+    tool = make_python_tool(timeout_s=10, extra_tokens=tokens)
     text = tool("print('done<|pad|>', '<|im_end|>')")
     assert text == "done< |pad|> < |im_end|>"
     ids = tokenizer.encode(text)
     assert not {end, tokenizer.pad_token_id} & set(ids)
+
+
+# --- where less can be enforced -----------------------------------------------------------
+
+
+def processes_running(marker: str) -> list[str]:
+    """Pids of processes whose command line holds `marker` (the code travels in it)."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker in Path(f"/proc/{name}/cmdline").read_bytes().decode(errors="replace"):
+                found.append(name)
+        except OSError:
+            continue
+    return found
+
+
+@as_root
+def test_the_trainer_sweeps_itself_when_the_launcher_does_not_stop(monkeypatch):
+    monkeypatch.setattr(python_sandbox, "STOP_GRACE_S", 0)  # it never answers in time
+    _, result = run(DAEMON + "time.sleep(1000)\n", **STOPPED)
+    assert result.timed_out  # the fixture: the process-group kill and the sweep left none
+
+
+@as_root
+def test_without_namespaces_the_uid_still_contains_it(monkeypatch):
+    # as in a container that refuses unshare: no namespaces, so the interpreter must be one
+    # others may enter (this machine's pyenv sits in a 0700 /root: the system python)
+    system = Path("/usr/bin/python3")
+    if not system.exists() or not os.access(system, os.X_OK):
+        pytest.skip("no system python to run without namespaces")
+    original = python_sandbox._config
+    monkeypatch.setattr(
+        python_sandbox,
+        "_config",
+        lambda limits, uid: {
+            **original(limits, uid),
+            "namespaces": False,
+            "python": str(system),
+            "reveal": ["/usr"],
+        },
+    )
+    monkeypatch.setattr(python_sandbox, "_warned", set())
+    host_tmp = Path("/tmp") / f"rlvr-sandbox-test-{uuid.uuid4().hex}"
+    try:
+        with pytest.warns(RuntimeWarning, match="no namespaces: the network is reachable"):
+            text, result = run(
+                f"open({str(host_tmp)!r}, 'w')\nopen({str(ROOT / 'sandbox-test')!r}, 'w')",
+                site_packages=False,
+            )
+        assert result.enforced == {"namespaces": False, "uid": True}
+        assert "PermissionError: [Errno 13]" in text  # the repo: root's, not the uid's
+        assert host_tmp.exists()  # the known gap: world-writable places stay writable
+    finally:
+        host_tmp.unlink(missing_ok=True)
+    text, result = run(DAEMON, site_packages=False)  # the sweep kills the setsid'd daemon
+    assert text == "parent done"
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    _, result = run(code, site_packages=False, max_processes=8, **STOPPED)
+    assert result.timed_out
+
+
+@as_root
+def test_in_a_user_namespace_as_a_non_root_trainer_would(monkeypatch):
+    # not root: no uid of its own, the namespaces inside a user namespace (simulated here:
+    # root mapped to uid 1000 inside, so no process limit, which a real user would have)
+    @contextlib.contextmanager
+    def no_uid(first_uid):
+        yield None
+
+    monkeypatch.setattr(python_sandbox, "_sandbox_uid", no_uid)
+    monkeypatch.setattr(python_sandbox, "_warned", set())
+    marker = uuid.uuid4().hex
+    secret = uuid.uuid4().hex
+    monkeypatch.setenv("RLVR_TEST_SECRET", secret)
+    code = (
+        f"# {marker}\n"
+        "import os, socket\n"
+        "print(os.getuid(), os.getcwd(), sorted(os.listdir('/proc'))[:2])\n"
+        "for path in ['/tmp/x', 'x', '/etc/x']:\n"
+        "    try:\n"
+        "        open(path, 'w')\n"
+        "        print('wrote', path)\n"
+        "    except OSError as error:\n"
+        "        print(error.errno)\n"
+        "try:\n"
+        "    socket.create_connection(('10.0.0.1', 80), timeout=1)\n"
+        "except OSError as error:\n"
+        "    print(error.errno)\n"
+        "print(dict(os.environ))\n"
+    )
+    with pytest.warns(RuntimeWarning, match="not root"):
+        text, result = run(code + DAEMON)
+    assert result.enforced["namespaces"] and not result.enforced["uid"]
+    lines = text.splitlines()
+    assert lines[:5] == [
+        "1000 /tmp/work ['1', '2']",  # its own /proc: init and itself
+        "wrote /tmp/x",
+        "wrote x",
+        "30",  # EROFS
+        "101",  # ENETUNREACH: no route out of its network namespace
+    ]
+    assert secret not in text and lines[-1] == "parent done"
+    assert processes_running(marker) == []
+    _, result = run(f"# {marker}\n" + DAEMON + "time.sleep(1000)\n", **STOPPED)
+    assert result.timed_out and processes_running(marker) == []
