@@ -21,6 +21,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -301,7 +302,8 @@ class MlflowTracker:
     """An mlflow run: at `MLFLOW_TRACKING_URI` if set, else a file store in
     `RUN/trackers/mlruns` (mlflow ≥ 3 asks for MLFLOW_ALLOW_FILE_STORE=true: set then).
     The config's scalar fields are params, the whole config `config.json`, the commit a
-    tag; tables are `completions/step_NNNNNN.json` artifacts."""
+    tag; tables are `completions/step_NNNNNN.json` artifacts. Metric names take mlflow's
+    characters (`mlflow_name`: eval/pass@1 is eval/pass_at_1)."""
 
     name, has_tables = "mlflow", True
 
@@ -323,7 +325,7 @@ class MlflowTracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        entries = [Metric(k, v, now, step) for k, v in metrics.items()]
+        entries = [Metric(mlflow_name(k), v, now, step) for k, v in metrics.items()]
         for start in range(0, len(entries), 1000):  # log_batch takes at most 1000
             self.client.log_batch(self.run_id, metrics=entries[start : start + 1000])
 
@@ -345,6 +347,11 @@ class MlflowTracker:
 
     def close(self) -> None:
         self.client.set_terminated(self.run_id)
+
+
+def mlflow_name(key: str) -> str:
+    """`key` in the characters mlflow allows in a name: "eval/pass@1" → "eval/pass_at_1"."""
+    return re.sub(r"[^\w\-. :/]", "_", key.replace("@", "_at_"))
 
 
 ADAPTERS = {
