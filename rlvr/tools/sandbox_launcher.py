@@ -23,6 +23,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -145,7 +146,7 @@ def mounts() -> list[tuple[str, int]]:
     with open("/proc/self/mountinfo") as f:
         for line in f:
             fields = line.split()
-            point = fields[4].encode().decode("unicode_escape")  # \040 is a space
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[4])  # \040: ' '
             keep = sum(OPTION_FLAGS.get(o, 0) for o in fields[5].split(","))
             found.append((point, keep))
     return found
