@@ -64,6 +64,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     except ShowError as err:
         print(f"rlvr: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `rlvr show RUN | head`: rlvr.cli.main handles it
+        raise
     except OSError as err:
         print(f"rlvr: error: cannot write {err.filename}: {err.strerror}", file=sys.stderr)
         return 2
