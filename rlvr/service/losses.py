@@ -135,4 +135,3 @@ def compute_loss(
     if loss_fn == "importance_sampling":
         return loss, aggregate(-ratio.detach() * advantages, mask)
     return loss, loss.detach()
-
