@@ -27,6 +27,13 @@ CONSOLE = re.compile(r":CONSOLE[^\]]*\] (.*)$", re.M)  # Chromium's --enable-log
 TIMEOUT_S = 90
 
 
+def _looked_for() -> str:
+    given = os.environ.get("RLVR_BROWSER")
+    if given:
+        return f"RLVR_BROWSER={given} is not an executable on PATH"
+    return f"none of {', '.join(NAMES)} on PATH (Debian: apt-get install chromium)"
+
+
 def find_browser() -> str | None:
     """The Chromium binary: $RLVR_BROWSER, else the first of NAMES on PATH."""
     given = os.environ.get("RLVR_BROWSER")
@@ -107,17 +114,35 @@ def screenshot(page: str | Path, png: str | Path, browser: str, size=(1100, 1400
     return png
 
 
+def _size(text: str) -> tuple[int, int]:
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"expected WIDTH,HEIGHT in pixels, e.g. 1100,1400, got {text!r}"
+        )
+    return int(parts[0]), int(parts[1])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlvr.show.browser", description=__doc__)
     parser.add_argument("page", help="an HTML page written by `rlvr show --html`")
     parser.add_argument("--screenshot", metavar="PNG", help="also save a screenshot here")
-    parser.add_argument("--size", default="1100,1400", help="window WIDTH,HEIGHT in pixels")
+    parser.add_argument(
+        "--size", type=_size, default=(1100, 1400), help="window WIDTH,HEIGHT in pixels"
+    )
     args = parser.parse_args(argv)
     browser = find_browser()
     if browser is None:
-        print(f"no browser found: none of {', '.join(NAMES)} on PATH", file=sys.stderr)
+        print(f"no browser found: {_looked_for()}", file=sys.stderr)
         return 2
-    check = check_page(args.page, browser)
+    if not Path(args.page).is_file():
+        print(f"{args.page}: no such page", file=sys.stderr)
+        return 2
+    try:
+        check = check_page(args.page, browser)
+    except (RuntimeError, subprocess.TimeoutExpired) as err:
+        print(f"{args.page}: {err}", file=sys.stderr)
+        return 2
     for problem in check.problems:
         print(problem, file=sys.stderr)
     print(
@@ -125,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(check.problems)} problems ({Path(browser).name})"
     )
     if args.screenshot:
-        width, height = (int(v) for v in args.size.split(","))
-        print(f"wrote {screenshot(args.page, args.screenshot, browser, (width, height))}")
+        print(f"wrote {screenshot(args.page, args.screenshot, browser, args.size)}")
     return 1 if check.problems else 0
 
 

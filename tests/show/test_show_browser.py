@@ -11,7 +11,7 @@ import struct
 import pytest
 from show_testlib import write_run
 
-from rlvr.show.browser import NAMES, check_page, find_browser, screenshot
+from rlvr.show.browser import NAMES, check_page, find_browser, main, screenshot
 from rlvr.show.html_items import write_diff_page, write_items_page
 from rlvr.show.html_run import write_run_page
 from rlvr.show.load import load_run
@@ -90,3 +90,14 @@ def test_screenshot_is_a_png_of_the_window(run_page, tmp_path) -> None:
     head = png.read_bytes()[:24]
     assert head[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", head[16:24]) == (800, 600)
+
+
+def test_command_line_check_fails_a_broken_page(run_page, tmp_path, capsys) -> None:
+    assert main([str(run_page)]) == 0
+    assert capsys.readouterr().out == f"{run_page}: 4 rows shown, 0 problems (chromium)\n"
+    broken = tmp_path / "broken.html"
+    broken.write_text("<!DOCTYPE html><html><body><script>notDefined();</script></body></html>")
+    assert main([str(broken)]) == 1
+    err = capsys.readouterr().err
+    assert 'console: "Uncaught ReferenceError: notDefined is not defined"' in err
+    assert "the page's script did not run to the end (no data-ready)" in err

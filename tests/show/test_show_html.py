@@ -163,3 +163,16 @@ def test_turns_table_has_a_tool_call_column_only_with_tool_calls(tmp_path) -> No
     assert "<th>tool call</th>" in turns_html(turns)
     no_calls = [{**t, "tool_call": None} for t in turns]
     assert "tool call" not in turns_html(no_calls)
+
+
+def test_browser_command_names_what_is_missing(tmp_path, monkeypatch, capsys) -> None:
+    import pytest
+
+    from rlvr.show.browser import main as browser_main
+
+    monkeypatch.setenv("RLVR_BROWSER", "no-such-browser")
+    assert browser_main([str(tmp_path / "page.html")]) == 2
+    assert "RLVR_BROWSER=no-such-browser is not an executable on PATH" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        browser_main(["page.html", "--size", "1100x1400"])
+    assert "expected WIDTH,HEIGHT in pixels" in capsys.readouterr().err
