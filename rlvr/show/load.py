@@ -1,10 +1,11 @@
 """What `rlvr show` reads: a run directory (config.yaml, metrics.jsonl, completions/) or an
 `rlvr eval --items` file, with errors that name the file, the line and what was expected.
 
-The completions files are written by the training run (one JSON object per sampled row,
-`RUN/completions/step_{step:06d}.jsonl`, listed in `RUN/completions/index.json`); the
-schema is documented in docs/show.md. A run that logged none (an older run, or
-`completions_every: 0`) is still shown: config and metrics.
+The completions files are written by the training run (rlvr/train/completions.py): one
+JSON object per sampled row in `RUN/completions/step_{step:06d}.jsonl`, the steps listed
+in `RUN/completions/index.json`, every key defined in docs/metrics.md ("Completions"). A
+run that logged none (an older run, or `completions_every: 0`) is still shown: config and
+metrics.
 """
 
 from __future__ import annotations
@@ -173,7 +174,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         if missing:
             raise ShowError(
                 f"{path}: row {number} has no {', '.join(map(repr, missing))} "
-                f"(every row has {', '.join(ROW_REQUIRED)}; see docs/show.md)"
+                f"(every row has {', '.join(ROW_REQUIRED)}; see docs/metrics.md, Completions)"
             )
         for segment in row.get("segments") or []:
             if segment.get("kind") not in SEGMENT_KINDS:

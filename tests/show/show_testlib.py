@@ -1,6 +1,6 @@
 """Run directories and items files for the `rlvr show` tests, written by hand to the
-completions schema of docs/show.md (the writer's own output is tested in an end-to-end
-test where the run writes them)."""
+completions schema of docs/metrics.md (what the writer itself produces is shown in
+tests/show/test_show_real_run.py)."""
 
 from __future__ import annotations
 
