@@ -16,6 +16,33 @@ CHAT_TEMPLATE = (
     "{% endif %}{% endif %}"
 )
 SPECIAL = ["<|pad|>", "<|im_end|>", "<|im_start|>"]
+# Written for these tests in the shape of Qwen's tool templates (not copied from them): the
+# tools are declared in a system turn, a `tool` message becomes a user turn wrapped in
+# <tool_response> tags, and, as Qwen3's template does, the last assistant turn is rendered
+# with an (empty) think block that earlier assistant turns lose, so the text of a
+# conversation changes when a message is appended to it (the trap of issue 26).
+QWEN_TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
+    "Tools you may call:\n<tools>{% for t in tools %}{{ '\\n' }}{{ t | tojson }}{% endfor %}"
+    "{{ '\\n' }}</tools>\n"
+    'Call one as <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call><|im_end|>\n'
+    "{% elif messages[0]['role'] == 'system' %}"
+    "<|im_start|>system\n{{ messages[0]['content'] }}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'user' %}<|im_start|>user\n{{ m['content'] }}<|im_end|>\n"
+    "{% elif m['role'] == 'assistant' %}<|im_start|>assistant\n"
+    "{% if loop.last %}<think>\n\n</think>\n\n{% endif %}"
+    "{{ m['content'].split('</think>')[-1].lstrip('\n') }}<|im_end|>\n"
+    "{% elif m['role'] == 'tool' %}"
+    "{% if loop.first or loop.previtem['role'] != 'tool' %}<|im_start|>user{% endif %}"
+    "{{ '\\n' }}<tool_response>\n{{ m['content'] }}\n</tool_response>"
+    "{% if loop.last or loop.nextitem['role'] != 'tool' %}<|im_end|>\n{% endif %}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
+    "{% endif %}{% endif %}"
+)
 
 
 def gsm8k_rows(n: int) -> list[dict]:
@@ -33,7 +60,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> str:
     return str(path)
 
 
-def build_tokenizer(texts: list[str]):
+def build_tokenizer(texts: list[str], chat_template: str = CHAT_TEMPLATE):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -50,17 +77,23 @@ def build_tokenizer(texts: list[str]):
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|pad|>"
     )
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.chat_template = chat_template
     return tokenizer
 
 
-def build_tiny_hf_model(directory: Path, seed: int = 0) -> Path:
-    """Save a random 2-layer Qwen2 and its tokenizer to `directory`; returns it."""
+def build_tiny_hf_model(
+    directory: Path,
+    seed: int = 0,
+    chat_template: str = CHAT_TEMPLATE,
+    extra_texts: tuple[str, ...] = (),
+) -> Path:
+    """Save a random 2-layer Qwen2 and its tokenizer to `directory`; returns it.
+    `extra_texts` join the tokenizer's training texts (e.g. tool calls, for merges)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     texts = [r["question"] + " " + r["answer"] for r in gsm8k_rows(50)]
     texts += ["Please reason step by step, and put your final answer within \\boxed{}."] * 5
-    tokenizer = build_tokenizer(texts)
+    tokenizer = build_tokenizer(texts + list(extra_texts), chat_template)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=32,

@@ -156,11 +156,12 @@ def mismatch_sums(
     KL(sampler‖π_old)); seq_k1 = mean_i Σ_t (log π_sampler − log π_old); frac_outside_band:
     share of tokens (token level) or responses (sequence levels) whose weight at `level`
     lies outside [lower, upper]."""
-    mask = response_mask
-    log_ratio = (old_logprobs - sampler_logprobs).detach() * mask
+    mask = response_mask.double()
+    # float64 and expm1: k3 of a 1e-7 gap is ~1e-14, below float32's rounding of e^x − 1
+    log_ratio = (old_logprobs - sampler_logprobs).detach().double() * mask
     tokens = mask.sum()
     rows = mask.sum(-1) > 0
-    k3 = (log_ratio.clamp(max=MAX_LOG_WEIGHT).exp() - 1 - log_ratio) * mask
+    k3 = (torch.expm1(log_ratio.clamp(max=MAX_LOG_WEIGHT)) - log_ratio) * mask
     weight = log_importance(old_logprobs, sampler_logprobs, mask, level).exp()
     outside = ~in_band(weight, lower, upper)
     if level == "token":

@@ -206,9 +206,12 @@ def load_adapter(model: torch.nn.Module, directory: Path) -> None:
     set_peft_model_state_dict(model, state, adapter_name=ADAPTER)
 
 
-def chat_prompt(tokenizer: Any, prompt: str, options: PolicyOptions) -> str:
+def chat_prompt(
+    tokenizer: Any, prompt: str, options: PolicyOptions, tools: list | None = None
+) -> str:
     """`prompt` as a user turn (after an optional system turn) rendered by the tokenizer's
-    chat template, ending with the assistant's generation prompt."""
+    chat template, ending with the assistant's generation prompt; `tools` (JSON schemas)
+    are declared to the template as `tools=`."""
     hf = getattr(tokenizer, "hf_tokenizer", None)
     if hf is None or not getattr(hf, "chat_template", None):
         raise ValueError(
@@ -221,19 +224,24 @@ def chat_prompt(tokenizer: Any, prompt: str, options: PolicyOptions) -> str:
     extra = {}
     if options.enable_thinking is not None and "enable_thinking" in str(hf.chat_template):
         extra["enable_thinking"] = options.enable_thinking
+    if tools:
+        extra["tools"] = tools
     return hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
 
 
-def chat_formatted(task: Any, tokenizer: Any, options: PolicyOptions) -> Any:
-    """`task` whose problems' prompts are rendered with the chat template (same task
-    object, so reward functions and verifiers are untouched)."""
+def chat_formatted(
+    task: Any, tokenizer: Any, options: PolicyOptions, tools: list | None = None
+) -> Any:
+    """`task` whose problems' prompts are rendered with the chat template, declaring
+    `tools` (same task object, so reward functions and verifiers are untouched)."""
     if not options.chat_template:
         return task
     original = task.problems
 
     def problems(split: str) -> list:
         return [
-            replace(p, prompt=chat_prompt(tokenizer, p.prompt, options)) for p in original(split)
+            replace(p, prompt=chat_prompt(tokenizer, p.prompt, options, tools))
+            for p in original(split)
         ]
 
     task.problems = problems

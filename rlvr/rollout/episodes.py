@@ -31,7 +31,9 @@ import torch
 from rlvr.checks import is_number
 from rlvr.envs.base import Environment, Reply
 from rlvr.envs.budgets import EpisodeBudgets
+from rlvr.envs.chat_tools import ChatFrame
 from rlvr.rollout.base import Generation, RolloutEngine, SamplingParams, encode_prompts
+from rlvr.rollout.kv_session import open_session
 from rlvr.rollout.stops import stop_end
 from rlvr.verify.timeout import VerifierTimeout, alarm_usable, call_with_timeout
 
@@ -77,11 +79,17 @@ def run_episodes(
     params: SamplingParams,
     budgets: EpisodeBudgets,
     generator: torch.Generator,
+    frame: ChatFrame | None = None,
+    reuse_cache: bool = True,
 ) -> Generation:
     """`params.group_size` episodes per prompt; `environments(i)` makes (and resets) a
     fresh environment for an episode of prompt i. Rows are grouped by prompt, as
-    `engine.generate_ids` orders them."""
+    `engine.generate_ids` orders them. With a chat `frame`, each observation is framed as
+    the chat template's tool message (`rlvr.envs.chat_tools`). With `reuse_cache`, an
+    engine that can (`rlvr.rollout.kv_session`) keeps each episode's KV cache between
+    turns and prefills only the new tokens; otherwise every turn re-prefills its context."""
     group = params.group_size
+    session = open_session(engine) if reuse_cache else None
     episodes = [
         _start(p, environments, i, budgets.env_timeout_s)
         for i, p in enumerate(prompts)
@@ -93,15 +101,21 @@ def run_episodes(
             break
         room = max(_room(e, params, budgets) for e in live)
         if turn == 0:  # one prefill per prompt, forked into its group: row r is episode r
-            gen = engine.generate_ids(prompts, replace(params, max_new_tokens=room), generator)
+            first = replace(params, max_new_tokens=room)
+            gen = (session or engine).generate_ids(prompts, first, generator)
             rows = [r for r, e in enumerate(episodes) if not e.done]
         else:
             contexts = [e.prompt + e.ids for e in live]
             step = replace(params, group_size=1, max_new_tokens=room)
-            gen = engine.generate_ids(contexts, step, generator)
+            if session is None:
+                gen = engine.generate_ids(contexts, step, generator)
+            else:  # each episode continues its own row of the last call, cache and all
+                sources = [row_of[id(e)] for e in live]
+                gen = session.generate_ids(contexts, step, generator, sources)
             rows = list(range(len(live)))
+        row_of = {id(e): r for r, e in zip(rows, live, strict=True)}
         for row, episode in zip(rows, live, strict=True):
-            _take_turn(episode, gen, row, tokenizer, params, budgets)
+            _take_turn(episode, gen, row, tokenizer, params, budgets, frame)
     for episode in episodes:
         if not episode.done:
             episode.done, episode.record.ended_by = True, "max_turns"
@@ -151,7 +165,7 @@ def turn_text(ids: list[int], env: Environment, tokenizer) -> tuple[int | None, 
     return end, text[: min(found)[0]] if found else text
 
 
-def _take_turn(episode, gen, row, tokenizer, params, budgets) -> None:
+def _take_turn(episode, gen, row, tokenizer, params, budgets, frame=None) -> None:
     """Append row `row` of `gen` as the episode's next turn, cut at a stop string or the
     episode's own room, then let the environment answer."""
     record = episode.record
@@ -188,8 +202,8 @@ def _take_turn(episode, gen, row, tokenizer, params, budgets) -> None:
     record.tool_errors += reply.tool_error == "error"
     record.tool_timeouts += reply.tool_error == "timeout"
     record.turn_reward += float(reply.reward)
-    if reply.observation:
-        _observe(episode, reply.observation, tokenizer, params, budgets)
+    if reply.observation or (frame is not None and not reply.done):
+        _observe(episode, reply.observation, tokenizer, params, budgets, frame)
     if reply.done:
         episode.done, record.ended_by = True, "env"
     elif len(episode.ids) >= params.max_new_tokens:
@@ -222,15 +236,20 @@ def _ask(episode: _Episode, turn: str, timeout_s: float) -> Reply | None:
     return reply
 
 
-def _observe(episode, text, tokenizer, params, budgets) -> None:
+def _observe(episode, text, tokenizer, params, budgets, frame=None) -> None:
     """Append the observation's ids, cut to its budget (ending with the marker) and to the
-    trajectory's room; they are context, forced, never trained on."""
+    trajectory's room; they are context, forced, never trained on. A chat `frame` wraps
+    the cut text in the template's tool message (its tokens are not the budget's)."""
+    if frame is not None:
+        text = frame.neutralise(text)
     ids = encode_observation(tokenizer, text)
     limit = budgets.max_observation_tokens
     if len(ids) > limit:
         marker = encode_observation(tokenizer, budgets.cut_marker)[:limit]
         ids = ids[: limit - len(marker)] + marker
         episode.record.observations_cut += 1
+    if frame is not None:
+        ids = encode_observation(tokenizer, frame.wrap(tokenizer.decode(ids, skip_special=False)))
     ids = ids[: params.max_new_tokens - len(episode.ids)]
     episode.ids += ids
     episode.logprobs += [0.0] * len(ids)
@@ -293,4 +312,7 @@ def generate_for(
         return env
 
     prompts = encode_prompts(engine.tokenizer, [p.prompt for p in problems])
-    return run_episodes(engine, engine.tokenizer, prompts, environment, params, budgets, generator)
+    frame = getattr(task, "observation_frame", None)  # tools through the chat template
+    return run_episodes(
+        engine, engine.tokenizer, prompts, environment, params, budgets, generator, frame
+    )

@@ -23,6 +23,7 @@ from rlvr.train.config_checks import (
     check_group_size,
     check_parallel,
     check_reward_fields,
+    check_tool_format,
     check_tracking,
     check_warm_start_fields,
 )
@@ -135,6 +136,12 @@ class TrainConfig:
             "doc": "tool functions 'module:function' the policy may call as "
             "<name>argument</name> (rlvr.envs.ToolEnvironment): makes the task multi-turn"
         },
+    )
+    tool_format: str = _doc(
+        "how the policy calls tools: 'tags' (<name>argument</name>) or a chat model's own "
+        "format, declared to its chat template: 'hermes' (<tool_call>{json}</tool_call>, "
+        "Qwen2.5/Qwen3), 'qwen_xml' (<tool_call><function=...>, Qwen3.5)",
+        "tags",
     )
     episode: dict = field(
         default_factory=dict,
@@ -264,8 +271,15 @@ class TrainConfig:
         if self.think_budget is not None and self.think_budget < 1:
             raise ValueError(f"think_budget must be ≥ 1 or null, got {self.think_budget!r}")
         attach_environment(
-            task, self.environment, self.environment_options, self.tools, self.episode
+            task,
+            self.environment,
+            self.environment_options,
+            self.tools,
+            self.episode,
+            self.tool_format,
+            build=False,  # a tool factory (a search index) is made when the run starts
         )
+        check_tool_format(self)
         if self.think_budget is not None and task.episode_budgets is not None:
             raise ValueError(
                 f"think_budget applies to one-turn tasks; task {self.task!r} runs multi-turn "

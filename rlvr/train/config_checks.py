@@ -142,3 +142,12 @@ def check_group_size(group_size: int, recipe: Recipe) -> None:
             f"so every advantage is 0; use group_size ≥ 2, or an advantage that does not "
             f"compare within a group ({', '.join(others)})"
         )
+
+
+def check_tool_format(cfg: Any) -> None:
+    """A chat tool format is declared to, and framed by, the policy's chat template."""
+    if cfg.tool_format != "tags" and not cfg.policy.get("chat_template"):
+        raise ValueError(
+            f"tool_format {cfg.tool_format!r} calls tools through the chat template; set "
+            "policy.chat_template: true (a Hugging Face chat model), or tool_format: tags"
+        )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlvr.envs.attach import attach_environment
+from rlvr.envs.chat_tools import declare_chat_tools
 from rlvr.models.context import check_context, context_length
 from rlvr.models.hf_policy import chat_formatted, prepare_policy
 from rlvr.models.policy_options import PolicyOptions
@@ -53,16 +54,20 @@ def prepare_components(
     cfg: Any, model: Any, tokenizer: Any, task: Any, info: dict
 ) -> tuple[Any, Any]:
     """The policy with its options applied, and the task with chat prompts, rewards and
-    the config's environment or tools."""
+    the config's environment or tools (declared to the chat template with a chat
+    `tool_format`, whose tool messages then frame the observations)."""
+    attach_environment(
+        task, cfg.environment, cfg.environment_options, cfg.tools, cfg.episode, cfg.tool_format
+    )
     if cfg.model != "embedded":
         options = PolicyOptions.from_dict(cfg.policy)
         model, extra = prepare_policy(model, options)
         info.update(extra)
-        task = chat_formatted(task, tokenizer, options)
+        task = chat_formatted(task, tokenizer, options, getattr(task, "tool_schemas", None))
+        declare_chat_tools(task, tokenizer, options.enable_thinking)
     attach_rewards(
         task, cfg.reward_funcs, cfg.reward_timeout_s, cfg.reward_errors, cfg.reward_isolation
     )
-    attach_environment(task, cfg.environment, cfg.environment_options, cfg.tools, cfg.episode)
     # Before any generation: a budget that cannot fit is refused, not cut row by row.
     check_context(cfg.max_new_tokens, context_length(model), longest_prompt(task, tokenizer))
     return model, task

@@ -14,6 +14,7 @@ from rlvr.algo import get_recipe, policy_loss
 from rlvr.algo.rollout_correction import (
     ROLLOUT_CORRECTIONS,
     divergence_rejection_mask,
+    mismatch_sums,
     offpolicy_sequence_mask,
 )
 
@@ -162,3 +163,16 @@ def test_a_masked_token_stops_moving():
 def test_bad_fields_are_named(fields, message):
     with pytest.raises(ValueError, match=message):
         get_recipe("grpo", **fields)
+
+
+def test_k3_of_a_float32_rounding_gap_is_not_negative():
+    """A float32 sampler off by ~1e-6 (the HF engine): k3 = ρ − 1 − log ρ ≈ δ²/2 ≥ 0,
+    which e^δ − 1 − δ in float32 would round to negative values."""
+    g = torch.Generator().manual_seed(0)
+    old = -torch.rand(4, 16, generator=g)
+    sampler = old + 1e-6 * torch.randn(4, 16, generator=g)
+    mask = torch.ones(4, 16)
+    sums, _ = mismatch_sums(old, sampler, mask)
+    num, den = sums["k3"]
+    delta = (old - sampler).double()
+    assert float(num / den) == pytest.approx(float((delta**2 / 2).mean()), rel=1e-3)
