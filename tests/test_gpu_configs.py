@@ -17,6 +17,7 @@ GPU = CONFIGS / "gpu"
 ALL = sorted(CONFIGS.rglob("*.yaml"))
 FILES = sorted(GPU.glob("*.yaml"))
 
+TOOL_FIELDS = {"tools", "tool_format", "episode"}
 # (setting, control) → the fields the setting's method changes (docs/gpu.md, "What differs")
 METHOD_FIELDS = {
     ("grpo_gsm8k", "grpo_gsm8k_control"): {"advantage"},
@@ -49,6 +50,10 @@ METHOD_FIELDS = {
         "prompts_per_step",
         "group_size",
     },
+    # agentic RL (agentic-rl-lab chapters 3 and 5): the tools through the chat template and
+    # the episode budgets that only a multi-turn run has; a one-turn control without them
+    ("searchr1_nq_hotpotqa", "searchr1_nq_hotpotqa_control"): TOOL_FIELDS,
+    ("retool_dapo_math", "retool_dapo_math_control"): TOOL_FIELDS,
 }
 # the lab's LoRA rank: 32 in every chapter but OPSD's (04-opsd/01-opsd-async.py: 64)
 LORA_RANK = {"opsd_openthoughts_math": 64, "opsd_openthoughts_math_grpo_control": 64}
@@ -70,7 +75,8 @@ def test_gpu_config_resolves(path):
     cfg = resolve_config(load_yaml(path))
     assert cfg.policy["lora"]["rank"] == LORA_RANK.get(path.stem, 32)
     assert cfg.rollout_engine == "vllm"
-    assert cfg.eval_samples == 12  # AIME 2025 Average@12 / Pass@12
+    # AIME 2025 Average@12 / Pass@12; 4 samples of each of 500 held-out QA questions
+    assert cfg.eval_samples == (4 if path.stem.startswith("searchr1") else 12)
     assert cfg.build_recipe().fp32_head
 
 
@@ -94,3 +100,23 @@ def test_setting_and_control_differ_only_in_the_method(setting, control):
                 expected = "group_mean"
             assert cfg[field] == expected, (cfg["recipe"], field)
     assert a["kl"] is None and a["kl_coef"] == 0.0  # no KL in any arm (shared)
+
+
+@pytest.mark.parametrize("name", ["searchr1_nq_hotpotqa", "retool_dapo_math"])
+def test_the_agentic_settings_hold_the_labs_budgets(name):
+    cfg = _resolved(name)
+    assert cfg["tool_format"] == "qwen_xml" and cfg["policy"]["enable_thinking"] is False
+    assert (cfg["prompts_per_step"], cfg["group_size"], cfg["max_new_tokens"]) == (8, 8, 8192)
+    episode = cfg["episode"]
+    assert (episode["max_turns"], episode["max_tool_calls"], episode["max_turn_tokens"]) == (
+        6,
+        4,
+        1024,
+    )
+    (tool,) = cfg["tools"]
+    if name == "retool_dapo_math":  # 30 s per sandbox run, PPO clip 0.2 / 0.28
+        assert tool["options"] == {"timeout_s": 30} and tool["timeout_s"] > 30
+        assert (cfg["clip_low"], cfg["clip_high"]) == (0.2, 0.28)
+    else:  # BM25 over a local corpus, top 3 passages
+        assert tool["factory"] == "rlvr.tools.search:make_search_tool"
+        assert tool["options"]["top_k"] == 3 and cfg["task_options"]["verifier"] == "exact_match"

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from rlvr.verify.math_answers import check_aime, check_gsm8k
+from rlvr.verify.qa import check_exact_match
 from rlvr.verify.symbolic import check_dapo_math, check_math, warm_up
 from rlvr.verify.timeout import VerifierTimeout, call_with_timeout
 from rlvr.verify.verdict import Verdict
@@ -24,6 +25,7 @@ CHECKERS: dict[str, Checker] = {
     "math": check_math,
     "aime": check_aime,
     "dapo_math": check_dapo_math,
+    "exact_match": check_exact_match,  # short-answer QA (NQ, HotpotQA): rlvr.verify.qa
 }
 """Verifier name → ``fn(completion, reference) -> Verdict`` (module-level, picklable)."""
 
