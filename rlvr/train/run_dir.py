@@ -22,6 +22,7 @@ RUN_FILES = (
     "tensorboard",
     "completions",
     "trackers",
+    "show.html",  # rlvr show --html: a view of the run, stale once the run is replaced
 )
 RUN_PREFIXES = ("checkpoint",)
 
