@@ -90,6 +90,7 @@ def run_episodes(
     turns and prefills only the new tokens; otherwise every turn re-prefills its context."""
     group = params.group_size
     session = open_session(engine) if reuse_cache else None
+    row_of: dict[int, int] = {}  # id(episode) → its row in the last engine call
     episodes = [
         _start(p, environments, i, budgets.env_timeout_s)
         for i, p in enumerate(prompts)

@@ -59,6 +59,24 @@ class StaticDecoder:
         keys_ok = torch.ones(prompts * group, 1, 1, total, dtype=torch.bool, device=device)
         keys_ok[:, 0, 0, :width] = attention_mask.bool().repeat_interleave(group, 0)
         pos = pos[:, None].repeat_interleave(group, 0) - 1  # (B, 1)
+        return self.decode_from(hidden, pos, width, keys_ok, cache, max_new_tokens, sample, stop)
+
+    def decode_from(
+        self,
+        hidden: torch.Tensor,
+        pos: torch.Tensor,
+        width: int,
+        keys_ok: torch.Tensor,
+        cache,
+        max_new_tokens: int,
+        sample: Sampler,
+        stop: Callable[[torch.Tensor, int], bool],
+    ) -> list[torch.Tensor]:
+        """The decode steps after a prefill (also `rlvr.rollout.kv_session`'s, whose cache
+        holds earlier turns): `hidden` (B, H) predicts the first token, which sits at
+        rotary position `pos` + 1 (B, 1) and cache column `width`; `keys_ok` (B, 1, 1, W)
+        says which of the cache's W ≥ width + max_new_tokens − 1 columns are keys."""
+        fused = self.fused
         step_fn = fused.forward
         if self.compiled is not None:
             step_fn = self._compiled_step
