@@ -24,6 +24,7 @@ import os
 import re
 import subprocess
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -265,6 +266,7 @@ class SwanlabTracker:
         self.swanlab = swanlab
         self.info = info
         self.run = None
+        self.warned = False
 
     def log_config(self, config: dict[str, Any]) -> None:
         info = self.info
@@ -279,6 +281,15 @@ class SwanlabTracker:
         )
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        if step < 0:  # swanlab drops them with an error line of its own
+            if not self.warned:
+                warnings.warn(
+                    "swanlab takes no negative steps: the critic pre-training's records "
+                    "(steps < 0) are in metrics.jsonl and the other trackers only",
+                    stacklevel=3,
+                )
+                self.warned = True
+            return
         self.run.log(metrics, step=step)
 
     def log_table(self, step: int, name: str, rows: list[dict[str, Any]]) -> None:

@@ -329,3 +329,16 @@ def check_mlflow(out: Path, want: dict, rows: dict, commit: str) -> None:
         table = json.loads(Path(path).read_text())
         assert table["columns"] == list(TABLE_COLUMNS)
         assert table["data"] == table_data(rows[step])
+
+
+@needs("swanlab")
+def test_swanlab_warns_that_the_critic_pretraining_steps_are_not_in_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWANLAB_MODE", "offline")
+    (swanlab,) = trackers.open_trackers(["swanlab"], RunInfo(tmp_path, "p", "n"), {"seed": 0})
+    logger = MetricsLogger(tmp_path, trackers=[swanlab])
+    with pytest.warns(UserWarning, match="swanlab takes no negative steps"):
+        logger.log(-2, {"pretrain/loss/value": 0.5})
+        logger.log(-1, {"pretrain/loss/value": 0.25})
+    logger.log(0, {"eval/accuracy": 0.5})
+    assert logger.trackers == [swanlab]  # still open: nothing failed
+    logger.close()
