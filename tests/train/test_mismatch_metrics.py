@@ -49,3 +49,27 @@ def test_the_band_follows_the_correction(small_config):
     ρ = 0.905 lies outside on every token."""
     m = _step(small_config(steps=1, rollout_correction="token_mis", rc_upper=1.05))
     assert m["rollout/mismatch_frac_outside_band"] == 1.0
+
+
+def test_episodes_and_the_fake_vllm_engine_report_the_mismatch(tmp_path):
+    """Multi-turn episodes (observation tokens in the response) and the vLLM engine's fake
+    backend: the sampler's log-probs reach the loss and the metrics are logged, near 0
+    (the fake serves the same float32 weights; observations are not in the mask)."""
+    import sys
+    from pathlib import Path
+
+    from local_model import local_trainer
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "rollout"))  # fake_vllm:make_fake
+    echo = {
+        "environment": "user_envs:Echo",
+        "episode": {"max_turns": 4, "max_turn_tokens": 3},
+        "max_new_tokens": 24,
+    }
+    fake = {"rollout_engine": "vllm", "engine_options": {"backend_factory": "fake_vllm:make_fake"}}
+    for extra, engine in ((echo, "HFEngine"), (fake, "VLLMEngine")):
+        trainer = local_trainer(tmp_path / engine, **extra)
+        assert type(trainer.engine).__name__ == engine
+        metrics = trainer.train_step()
+        assert metrics["rollout/mismatch_max_abs_log_ratio"] < 1e-3
+        assert abs(metrics["rollout/mismatch_k1"]) < 1e-5
