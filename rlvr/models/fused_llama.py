@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from rlvr.models.precision import autocast_dtype
+
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
@@ -96,19 +98,23 @@ def _cat_bias(*linears: torch.nn.Linear) -> torch.Tensor | None:
     )
 
 
-def _fused(layer: torch.nn.Module) -> _Layer:
+def _fused(layer: torch.nn.Module, cast: torch.dtype | None) -> _Layer:
+    """The layer's weights, projections fused; under autocast, the projections cast to
+    `cast` once here (differentiably) rather than by autocast at every product: a cat of
+    weights is no leaf, so autocast's weight cache would not keep it."""
     attn, mlp = layer.self_attn, layer.mlp
+    to = (lambda t: t) if cast is None else (lambda t: None if t is None else t.to(cast))
     return _Layer(
         ln1=layer.input_layernorm.weight,
         ln2=layer.post_attention_layernorm.weight,
-        qkv_w=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
-        qkv_b=_cat_bias(attn.q_proj, attn.k_proj, attn.v_proj),
-        o_w=attn.o_proj.weight,
-        o_b=attn.o_proj.bias,
-        gate_up_w=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-        gate_up_b=_cat_bias(mlp.gate_proj, mlp.up_proj),
-        down_w=mlp.down_proj.weight,
-        down_b=mlp.down_proj.bias,
+        qkv_w=to(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])),
+        qkv_b=to(_cat_bias(attn.q_proj, attn.k_proj, attn.v_proj)),
+        o_w=to(attn.o_proj.weight),
+        o_b=to(attn.o_proj.bias),
+        gate_up_w=to(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])),
+        gate_up_b=to(_cat_bias(mlp.gate_proj, mlp.up_proj)),
+        down_w=to(mlp.down_proj.weight),
+        down_b=to(mlp.down_proj.bias),
     )
 
 
@@ -144,10 +150,13 @@ class FusedLlama:
         self.scale = self.head_dim**-0.5
 
     def begin(self, positions: int, device: torch.device) -> None:
-        """Read (and fuse) the current weights; tabulate rotary angles for `positions`."""
+        """Read (and fuse) the current weights; tabulate rotary angles for `positions`.
+        Inside bf16 autocast the projections, rotary tables and KV cache are bf16 while the
+        residual stream and norms stay in the weights' float32 (`rlvr.models.precision`)."""
         base = self.model.base_model
-        self.layers = [_fused(layer) for layer in base.layers]
-        self.dtype = base.embed_tokens.weight.dtype
+        cast = autocast_dtype(device)
+        self.layers = [_fused(layer, cast) for layer in base.layers]
+        self.dtype = cast or base.embed_tokens.weight.dtype
         table = torch.arange(positions, device=device)[None]
         cos, sin = base.rotary_emb(base.embed_tokens.weight[:1], table)  # (1, positions, D)
         self.cos, sin = cos[0].to(self.dtype), sin[0].to(self.dtype)
@@ -184,7 +193,7 @@ class FusedLlama:
         cos, sin = self.cos[pos][:, :, None], self.sin_signed[pos][:, :, None]  # (B, S, 1, D)
         nq, nkv, d = self.heads, self.kv_heads, self.head_dim
         rep, half = nq // nkv, d // 2
-        neg = torch.finfo(x.dtype).min
+        neg = torch.finfo(self.dtype).min  # the scores' dtype: a finite mask value
         blocked = ~allowed
         for layer, (k_cache, v_cache) in zip(self.layers, cache, strict=True):
             h = _rms_norm(x, layer.ln1, self.eps)

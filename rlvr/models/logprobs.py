@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from rlvr.models.fused_llama import shared_prefix_hidden, supports
+from rlvr.models.precision import full_precision
 
 SHARDED_HEAD = "rlvr_sharded_head"  # the attribute an FSDP-sharded policy carries
 
@@ -56,12 +57,14 @@ def pack_prompt_response(
 
 def lm_head_logits(model: torch.nn.Module, hidden: torch.Tensor, fp32_head: bool) -> torch.Tensor:
     """Logits from final hidden states, with the model's own logit processing
-    (`process_logits`); with `fp32_head` the matmul itself runs in float32."""
+    (`process_logits`); with `fp32_head` the matmul itself runs in float32, also inside a
+    bf16 autocast region (ScaleRL's FP32 head, arXiv:2510.13786)."""
     head = model.get_output_embeddings()
     if not fp32_head:
         return process_logits(model.config, head(hidden).float())
     bias = None if head.bias is None else head.bias.float()
-    return process_logits(model.config, F.linear(hidden.float(), head.weight.float(), bias))
+    with full_precision(hidden.device):
+        return process_logits(model.config, F.linear(hidden.float(), head.weight.float(), bias))
 
 
 def process_logits(config: object, logits: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from rlvr.models.logprobs import response_hidden_states
+from rlvr.models.precision import full_precision
 
 
 class ValueModel(nn.Module):
@@ -43,5 +44,6 @@ class ValueModel(nn.Module):
         hidden = response_hidden_states(
             self.backbone, prompt_ids, response_ids, response_mask, pad_id
         )
-        values = self.head(hidden.float()).squeeze(-1)  # (B, T)
+        with full_precision(hidden.device):  # a bf16 value carries ~3 significant digits
+            values = self.head(hidden.float()).squeeze(-1)  # (B, T)
         return values * (response_mask.to(values.device) > 0)

@@ -28,6 +28,7 @@ from rlvr.train.config_checks import (
     check_warm_start_fields,
 )
 from rlvr.train.hf_setup import check_options as check_hf_options
+from rlvr.train.precision import check_precision
 from rlvr.train.teacher_model import check_teacher
 
 
@@ -187,6 +188,18 @@ class TrainConfig:
         "default (hf with a float32 policy 1e-3, else 5e-2)",
         None,
     )
+    precision: str = _doc(
+        "the trainer's compute precision: 'fp32', or 'bf16' (bf16 autocast over float32 "
+        "master weights and AdamW state; log-probs, losses and normalisers in float32; the "
+        "recipe's fp32_head keeps the LM head in float32; docs/precision.md)",
+        "fp32",
+    )
+    sampler_precision: str = _doc(
+        "what the hf engine samples from: 'same' (the trainer's module, in its precision) or "
+        "'bf16' (a bf16 copy of its own, synced after every update, as vLLM's; its drift "
+        "shows in rollout/mismatch_* and rollout_correction applies)",
+        "same",
+    )
     parallel: str = _doc(
         "data parallelism under torchrun: 'ddp' (every rank holds the whole model) or 'fsdp' "
         "(FSDP2: weights, gradients and optimizer states sharded over the ranks)",
@@ -293,6 +306,7 @@ class TrainConfig:
         recipe = self.build_recipe()  # validates the overrides
         check_teacher(self.teacher, recipe, self.parallel)
         check_hf_options(self)
+        check_precision(self, recipe)
         check_reward_fields(self, recipe)
         check_group_size(self.group_size, recipe)
         check_warm_start_fields(self)

@@ -6,6 +6,7 @@ import torch
 
 from rlvr.algo.aggregation import aggregation_weights
 from rlvr.algo.regularizers import value_loss
+from rlvr.models.precision import autocast, model_device
 from rlvr.models.value import ValueModel
 from rlvr.train.rollout_record import Rollout
 
@@ -16,10 +17,15 @@ def critic_optimizer(critic: ValueModel, lr: float, weight_decay: float) -> torc
 
 
 def critic_values(
-    critic: ValueModel, rollout: Rollout, pad_id: int, micro_batch_size: int
+    critic: ValueModel,
+    rollout: Rollout,
+    pad_id: int,
+    micro_batch_size: int,
+    precision: str = "fp32",
 ) -> torch.Tensor:
-    """V_old (B, T) of every row, without gradient."""
-    return rollout.forward_rows(lambda p, r, m: critic(p, r, m, pad_id), micro_batch_size)
+    """V_old (B, T) of every row, without gradient, the backbone in `precision`."""
+    with autocast(precision, model_device(critic)):
+        return rollout.forward_rows(lambda p, r, m: critic(p, r, m, pad_id), micro_batch_size)
 
 
 def critic_update(
@@ -34,6 +40,7 @@ def critic_update(
     pad_id: int,
     micro_batch_size: int,
     max_grad_norm: float,
+    precision: str = "fp32",
 ) -> float:
     """One optimizer step of L_V = token_mean ½·max((V−R)², (clip(V, V_old±c)−R)²) on `rows`.
 
@@ -48,16 +55,16 @@ def critic_update(
     optimizer.zero_grad(set_to_none=True)
     total = 0.0
     for micro in torch.split(index, micro_batch_size):
-        # Attend to every present token; regress only on the loss mask's tokens.
-        values = (
-            critic(
+        # Attend to every present token; regress only on the loss mask's tokens. The
+        # backbone in `precision`, the value head and the loss in float32.
+        with autocast(precision, model_device(critic)):
+            values = critic(
                 [rollout.prompt_ids[i] for i in micro.tolist()],
                 rollout.response_ids[micro],
                 rollout.response_mask[micro],
                 pad_id,
             )
-            * response_mask[micro]
-        )
+        values = values * response_mask[micro]
         per_token = value_loss(values, rollout.values[micro], returns[micro], clip_range)
         loss = (per_token * weights[micro]).sum()
         loss.backward()

@@ -22,6 +22,7 @@ from rlvr.eval import evaluate_policy
 from rlvr.models import response_logprobs
 from rlvr.models.hf_policy import reference_policy
 from rlvr.models.modes import dropout_off
+from rlvr.models.precision import autocast, model_device
 from rlvr.models.value import ValueModel
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.interrupt import ForcedInterruption
@@ -35,6 +36,7 @@ from rlvr.train.collect import (
 from rlvr.train.config import TrainConfig, check_eval_size
 from rlvr.train.critic import critic_optimizer, critic_update, critic_values
 from rlvr.train.hf_setup import make_engine, prepare_components
+from rlvr.train.precision import check_device, probe_tolerance, sampling_engine
 from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.rng_state import load_rng_state, rng_state
 from rlvr.train.rollout_record import Rollout
@@ -61,6 +63,7 @@ class Trainer:
         self.task = make_task(cfg.task, **cfg.task_options)
         check_eval_size(cfg.eval_size, self.task)  # reads a dataset's splits: before the model
         self.model, self.tokenizer, self.model_info = self._load_policy()
+        check_device(cfg, model_device(self.model))  # bf16 where it is emulated: refused
         # The teacher's template fills {prompt} with the prompt before any chat template.
         teacher_problems = self.task.problems("train") if cfg.teacher else []
         self.model, self.task = prepare_components(
@@ -73,6 +76,7 @@ class Trainer:
         dropout_off(self.model)
         self.engine = self._make_engine(self.model)
         self.sync_probe = make_sync_probe(cfg, self.task, self.tokenizer, self.model)
+        probe_tolerance(self.sync_probe, cfg)  # bf16 on either side: bf16's noise floor
         self.optimizer = self._policy_optimizer()
         self.reference = self._frozen_copy() if self.recipe.needs_reference else None
         self.teacher = (
@@ -105,14 +109,21 @@ class Trainer:
             cfg.max_new_tokens,
             cfg.temperature,
             self.tokenizer.pad_token_id,
+            precision=cfg.precision,
         )
         self.step = 0
         self._check_overlong_budget()
 
     def _make_engine(self, model: torch.nn.Module) -> Any:
-        """The rollout engine sampling from `model` (wrapped for forced interruption)."""
+        """The rollout engine sampling from `model`, or from its bf16 copy (`sampler_precision`),
+        wrapped for forced interruption."""
         cfg = self.cfg
-        engine = make_engine(cfg, model, self.tokenizer, self.recipe.fp32_head)
+        engine = sampling_engine(
+            lambda m: make_engine(cfg, m, self.tokenizer, self.recipe.fp32_head),
+            model,
+            cfg.precision,
+            cfg.sampler_precision,
+        )
         if cfg.think_budget is not None:
             engine = ForcedInterruption(
                 engine, self.tokenizer, cfg.think_budget, cfg.interrupt_phrase, cfg.max_new_tokens
@@ -181,10 +192,11 @@ class Trainer:
             self.cfg.temperature,
             self.recipe.fp32_head,
         )
-        return rollout.forward_rows(
-            lambda p, r, m: response_logprobs(model, p, r, m, pad, temperature, fp32),
-            self.cfg.micro_batch_size,
-        )
+        with autocast(self.cfg.precision, model_device(model)):  # π_old in the trainer's precision
+            return rollout.forward_rows(
+                lambda p, r, m: response_logprobs(model, p, r, m, pad, temperature, fp32),
+                self.cfg.micro_batch_size,
+            )
 
     def _annotate(self, rollout: Rollout) -> None:
         """Add π_old, π_ref, V_old and the teacher's log π_T to the rollout, each computed
@@ -197,7 +209,11 @@ class Trainer:
                 rollout.old_logprobs = self._logprobs(self.model, rollout)
         if self.critic is not None:
             rollout.values = critic_values(
-                self.critic, rollout, self.tokenizer.pad_token_id, self.cfg.micro_batch_size
+                self.critic,
+                rollout,
+                self.tokenizer.pad_token_id,
+                self.cfg.micro_batch_size,
+                self.cfg.precision,
             )
         if self.teacher is not None:
             if rollout.old_logprobs is None:  # log π_S of the teacher's term
@@ -258,7 +274,8 @@ class Trainer:
         if self.sync_probe is None:
             return {}
         pad, fp32 = self.tokenizer.pad_token_id, self.recipe.fp32_head
-        return self.sync_probe.check(self.engine, self.model, pad, fp32, when)
+        with autocast(self.cfg.precision, model_device(self.model)):  # the trainer's side
+            return self.sync_probe.check(self.engine, self.model, pad, fp32, when)
 
     def _policy_optimizer(self) -> torch.optim.AdamW:
         """AdamW over the policy's parameters as they are now (a sharded trainer rebuilds it
@@ -322,6 +339,7 @@ class Trainer:
                         pad_id=self.tokenizer.pad_token_id,
                         micro_batch_size=self.cfg.micro_batch_size,
                         max_grad_norm=self.cfg.max_grad_norm,
+                        precision=self.cfg.precision,
                     )
                 )
         explained = _explained_variance(rollout.values, returns, mask)
@@ -354,7 +372,11 @@ class Trainer:
                 history.append(cost)
                 continue
             rollout.values = critic_values(
-                self.critic, rollout, self.tokenizer.pad_token_id, self.cfg.micro_batch_size
+                self.critic,
+                rollout,
+                self.tokenizer.pad_token_id,
+                self.cfg.micro_batch_size,
+                self.cfg.precision,
             )
             mask = rollout.loss_mask
             rewards = outcome_token_rewards(rollout.rewards.double(), mask.double(), None, 0.0)

@@ -19,6 +19,7 @@ from rlvr.algo.loss import MISMATCH_MAX
 from rlvr.algo.objective import PreparedBatch, step_weights
 from rlvr.algo.recipes import Recipe
 from rlvr.models.logprobs import response_logprobs
+from rlvr.models.precision import autocast, model_device
 from rlvr.train.rollout_record import Rollout
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ class UpdateSettings:
     temperature: float
     pad_id: int
     log_entropy: bool = True
+    precision: str = "fp32"  # the forwards' autocast (rlvr/train/precision.py)
 
 
 def minibatch_rows(
@@ -149,17 +151,20 @@ def policy_update(
 
 def _micro_step(model, recipe, rollout, prepared, weights, nll_weights, micro, settings):
     entropy_needed = settings.log_entropy or recipe.entropy_coef > 0
-    out = response_logprobs(
-        model,
-        [rollout.prompt_ids[i] for i in micro.tolist()],
-        rollout.response_ids[micro],
-        rollout.response_mask[micro],  # attention: every present token
-        settings.pad_id,
-        settings.temperature,
-        fp32_head=recipe.fp32_head,
-        return_entropy=entropy_needed,
-        entropy_grad=recipe.entropy_coef > 0,
-    )
+    # The forward under autocast; log-probs come out float32, so the loss is float32 and
+    # the backward (outside autocast) runs each product in its forward's dtype.
+    with autocast(settings.precision, model_device(model)):
+        out = response_logprobs(
+            model,
+            [rollout.prompt_ids[i] for i in micro.tolist()],
+            rollout.response_ids[micro],
+            rollout.response_mask[micro],  # attention: every present token
+            settings.pad_id,
+            settings.temperature,
+            fp32_head=recipe.fp32_head,
+            return_entropy=entropy_needed,
+            entropy_grad=recipe.entropy_coef > 0,
+        )
     logprobs, entropy = out if entropy_needed else (out, None)
     mask = prepared.response_mask[micro]
     # On-policy (one optimizer step per batch) π_old is the current policy itself.
@@ -195,14 +200,15 @@ def _idle_micro_step(model, rollout, row: int, settings) -> None:
     """A forward/backward that adds exactly zero to every gradient (its loss is 0·Σ log π
     of one row): a sharded rank with fewer rows than another still takes part in every
     collective of the step (rlvr/train/fsdp.py)."""
-    logprobs = response_logprobs(
-        model,
-        [rollout.prompt_ids[row]],
-        rollout.response_ids[row : row + 1],
-        rollout.response_mask[row : row + 1],
-        settings.pad_id,
-        settings.temperature,
-    )
+    with autocast(settings.precision, model_device(model)):
+        logprobs = response_logprobs(
+            model,
+            [rollout.prompt_ids[row]],
+            rollout.response_ids[row : row + 1],
+            rollout.response_mask[row : row + 1],
+            settings.pad_id,
+            settings.temperature,
+        )
     (logprobs.sum() * 0.0).backward()
 
 
