@@ -343,6 +343,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             top_p=args.top_p,
             max_new_tokens=args.max_new_tokens,
             seed=args.seed,
+            episodes=getattr(args, "run_episodes", None),
         )
     except (ValueError, OSError, ImportError) as err:
         return _fail(str(err))
@@ -475,8 +476,10 @@ def _add_eval(sub) -> None:
     )
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default: 0)")
     from rlvr.cli_eval_k import add_k_arguments
+    from rlvr.cli_eval_run import add_tool_arguments
 
     add_k_arguments(p)
+    add_tool_arguments(p)
     p.set_defaults(func=cmd_eval)
 
 

@@ -58,11 +58,18 @@ def evaluate_from_args(args: argparse.Namespace) -> dict[str, float]:
     from dataclasses import replace
 
     from rlvr.eval.bench import KSettings, evaluate_k
-    from rlvr.eval.run import ModelSetup, load_engine, response_budget, select_problems
+    from rlvr.eval.run import (
+        ModelSetup,
+        load_engine,
+        response_budget,
+        select_problems,
+        with_episodes,
+    )
     from rlvr.tasks import make_task
 
     options = _options(args)
     task = make_task(args.task, **options["task_options"])
+    task = with_episodes(task, getattr(args, "run_episodes", None))  # a run's tools (--run)
     budget = response_budget(task, args.max_new_tokens)
     setup = replace(
         getattr(args, "model_setup", None) or ModelSetup(),

@@ -49,6 +49,8 @@ def resolve_eval_args(args: argparse.Namespace) -> None:
             setattr(args, name, from_run.get(name, default))
     if args.max_new_tokens is None and args.task == from_run.get("task"):
         args.max_new_tokens = from_run["max_new_tokens"]
+    if getattr(args, "tools", None) is not None and run is None:
+        raise ValueError("--tools applies to a run's checkpoint (--run); this eval has no run")
 
 
 def _run_dir(args: argparse.Namespace) -> Path | None:
@@ -76,6 +78,33 @@ def _run_dir(args: argparse.Namespace) -> Path | None:
     return run if named and (run / "config.yaml").is_file() else None
 
 
+def add_tool_arguments(parser: argparse.ArgumentParser) -> None:
+    """`rlvr eval --tools on|off`."""
+    parser.add_argument(
+        "--tools",
+        choices=("on", "off"),
+        default=None,
+        help="with --run: evaluate in the run's episodes, with its tools or environment "
+        "(on, the default for a run that has them; tool use is reported with CIs), or in "
+        "one turn without them (off: the no-tool control's view of the same checkpoint)",
+    )
+
+
+def run_episodes(cfg: Any, tools: str | None, run: Path) -> dict[str, Any] | None:
+    """The multi-turn fields of a run's config for `evaluate_model(episodes=...)` (its
+    environment or tools, and its episode budgets, which also override those of a task
+    with its own environment): None for a run without them or with `--tools off`."""
+    own = cfg.environment is not None or bool(cfg.tools)
+    if tools is not None and not own:
+        raise ValueError(
+            f"--tools {tools}: the run in {run} has no tools or environment in its config"
+        )
+    if tools == "off" or not (own or cfg.episode):
+        return None
+    fields = ("environment", "environment_options", "tools", "tool_format", "episode")
+    return {name: getattr(cfg, name) for name in fields}
+
+
 def run_settings(run: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The eval settings a run's config implies; `args.run_options` and `args.model_setup`
     are set for the evaluation paths."""
@@ -87,12 +116,7 @@ def run_settings(run: Path, args: argparse.Namespace) -> dict[str, Any]:
         cfg = resolve_config(load_yaml(run / "config.yaml"))
     except ValueError as err:
         raise ValueError(f"--run {run}: its config.yaml does not load: {err}") from None
-    if cfg.environment is not None or cfg.tools or cfg.episode:
-        raise ValueError(
-            f"--run {run}: the run's episodes are set by its config's environment, tools or "
-            "episode budgets, which rlvr eval does not apply yet; its evaluations during "
-            "training (eval/ in metrics.jsonl) used them"
-        )
+    args.run_episodes = run_episodes(cfg, getattr(args, "tools", None), run)
     same_task = args.task in (None, cfg.task)
     task_options = dict(cfg.task_options) if same_task else {}
     data_given = getattr(args, "data", None) is not None

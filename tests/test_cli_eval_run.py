@@ -175,14 +175,25 @@ def test_eval_run_prints_metrics(tmp_path, monkeypatch, capsys):
     assert metrics == {"eval/items": 2.0, "eval/max_new_tokens": 33.0, "eval/accuracy": 0.5}
 
 
-def test_a_run_whose_episodes_come_from_its_config_is_refused(tmp_path, seen, capsys):
-    # The calculator's own environment evaluates as it trained; changed episode budgets
-    # (or a config's environment or tools) would not be applied, so eval says so.
+def test_a_run_whose_episodes_come_from_its_config_evaluates_with_them(
+    tmp_path, seen, capsys, monkeypatch
+):
+    # The calculator's own environment, with the run's changed episode budgets applied
+    # (a config's environment or tools likewise: tests/envs/test_chat_tools_e2e.py).
     run = tmp_path / "run"
     cfg = resolve_config({"task": "calculator", "episode": {"max_turns": 6}, "out": str(run)})
     (run / "checkpoint" / "policy").mkdir(parents=True)
     (run / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    budgets, spy = [], eval_run.evaluate_policy
+
+    def evaluate_policy(engine, task, problems, **settings):
+        budgets.append(task.episode_budgets)
+        return spy(engine, task, problems, **settings)
+
+    monkeypatch.setattr(eval_run, "evaluate_policy", evaluate_policy)
     assert main(["eval", "--run", str(run)]) == 2
-    err = capsys.readouterr().err
-    assert "environment, tools or episode budgets" in err and err.count("\n") == 1
-    assert seen == {}
+    assert "rlvr: error: spy" in capsys.readouterr().err
+    assert budgets[0].max_turns == 6
+    # the task's own environment cannot be turned off from the run's config
+    assert main(["eval", "--run", str(run), "--tools", "off"]) == 2
+    assert "has no tools or environment in its config" in capsys.readouterr().err

@@ -17,6 +17,7 @@ import torch
 
 from rlvr.eval.passk import majority_correct, pass_at_k
 from rlvr.eval.significance import t_interval
+from rlvr.eval.tool_metrics import episode_values, item_means, summarise_tools
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.rollout.episodes import generate_for
 from rlvr.tasks import Problem, Task
@@ -59,6 +60,7 @@ def score_items(
                     "reason": verdict.reason,
                     "tokens": int(lengths[row]),
                     "truncated": bool(gen.truncated[row]),
+                    **(episode_values(gen.episodes[row]) if gen.episodes else {}),
                 }
             )
         records += [
@@ -114,6 +116,7 @@ def _item_record(
         "format_rate": sum(s["formatted"] for s in samples) / len(samples),
         "mean_tokens": sum(s["tokens"] for s in samples) / len(samples),
         "samples": samples,
+        **(item_means(samples) if "turns" in samples[0] else {}),
         **{f"pass@{j}": pass_at_k(len(samples), sum(correct), j) for j in pass_ks(k)},
     }
 
@@ -154,7 +157,8 @@ def pass_ks(k: int) -> list[int]:
 
 def summarise(records: list[dict[str, Any]], k: int) -> dict[str, float]:
     """Means over items with 95 % CIs: `eval/avg@k`, `eval/pass@j`, `eval/maj@k`,
-    `eval/format_rate`, `eval/mean_tokens`, each with `_ci_low` / `_ci_high`."""
+    `eval/format_rate`, `eval/mean_tokens`, and with episodes the tool use
+    (`rlvr.eval.tool_metrics`), each with `_ci_low` / `_ci_high`."""
     if not records:
         raise ValueError("no eval items: the split is empty (check --data, --split, --size)")
     columns = {
@@ -170,7 +174,7 @@ def summarise(records: list[dict[str, Any]], k: int) -> dict[str, float]:
         metrics[f"eval/{name}"] = interval.mean
         metrics[f"eval/{name}_ci_low"] = interval.low
         metrics[f"eval/{name}_ci_high"] = interval.high
-    return metrics
+    return {**metrics, **summarise_tools([r for r in records if "turns" in r])}
 
 
 def write_items(path: str | Path, records: list[dict[str, Any]]) -> None:

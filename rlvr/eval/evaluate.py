@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlvr.eval.tool_metrics import episode_values, item_means, summarise_tools
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.rollout.episodes import generate_for
 from rlvr.tasks import Problem, Task
@@ -26,7 +27,9 @@ class EvalResult:
     item_greedy: list[float]  # per problem: 1.0 if the greedy answer was correct
 
 
-def _run(engine, task, problems, params, seed) -> tuple[list[float], list[float], list[float]]:
+def _run(engine, task, problems, params, seed) -> tuple[list[float], ...]:
+    """Per sample, in prompt order: correct, formatted, length, and tool-use values (empty
+    for one-turn tasks)."""
     generator = torch.Generator().manual_seed(seed)
     correct, formatted, lengths = [], [], []
     gen = generate_for(engine, task, problems, params, generator)
@@ -35,7 +38,8 @@ def _run(engine, task, problems, params, seed) -> tuple[list[float], list[float]
         correct.append(float(verdict.correct))
         formatted.append(float(verdict.formatted))
     lengths = gen.response_lengths.float().tolist()
-    return correct, formatted, lengths
+    tools = [episode_values(e) for e in gen.episodes] if gen.episodes else []
+    return correct, formatted, lengths, tools
 
 
 def evaluate_policy(
@@ -55,14 +59,15 @@ def evaluate_policy(
     start = time.perf_counter()
     sampled = SamplingParams(samples, temperature, top_p, max_new_tokens)
     greedy = SamplingParams(1, 1.0, GREEDY_TOP_P, max_new_tokens)
-    correct, formatted, lengths, greedy_correct = [], [], [], []
+    correct, formatted, lengths, greedy_correct, tools = [], [], [], [], []
     step = max(1, batch_size // samples)
     for at in range(0, len(problems), step):
         chunk = problems[at : at + step]
-        c, f, n = _run(engine, task, chunk, sampled, seed + at)
+        c, f, n, t = _run(engine, task, chunk, sampled, seed + at)
         correct += c
         formatted += f
         lengths += n
+        tools += t
         greedy_correct += _run(engine, task, chunk, greedy, seed + at)[0]
     per_item = [
         sum(correct[i * samples : (i + 1) * samples]) / samples for i in range(len(problems))
@@ -76,5 +81,11 @@ def evaluate_policy(
         "eval/format_rate": sum(formatted) / max(len(formatted), 1),
         "eval/response_length": sum(lengths) / max(len(lengths), 1),
         "time/eval_s": time.perf_counter() - start,
+        # multi-turn: tool use of the sampled episodes, per item with CIs
+        **summarise_tools(
+            [item_means(tools[i * samples : (i + 1) * samples]) for i in range(len(problems))]
+            if tools
+            else []
+        ),
     }
     return EvalResult(metrics, per_item, greedy_correct)

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.checks import is_int
+from rlvr.envs.attach import attach_environment
+from rlvr.envs.chat_tools import declare_chat_tools
 from rlvr.eval.evaluate import evaluate_policy
 from rlvr.models.hf_policy import chat_formatted, prepare_policy
 from rlvr.models.load import EMBEDDED
@@ -44,7 +46,8 @@ def load_engine(
     if setup.model != EMBEDDED:
         options = PolicyOptions.from_dict(setup.policy)
         policy, _ = prepare_policy(policy, options)
-        chat_formatted(task, tokenizer, options)
+        chat_formatted(task, tokenizer, options, getattr(task, "tool_schemas", None))
+        declare_chat_tools(task, tokenizer, options.enable_thinking)
     policy.eval()  # dropout off
     engine: RolloutEngine
     if setup.engine == "vllm":
@@ -73,12 +76,15 @@ def evaluate_model(
     top_p: float = 1.0,
     max_new_tokens: int | None = None,
     seed: int = 0,
+    episodes: dict[str, Any] | None = None,
 ) -> dict[str, float]:
     """Metrics of `model` (a name, or a `ModelSetup`) on the first `size` problems of
     `split` (0: all), with a response budget of `max_new_tokens` (None: the task's
-    default): avg@samples at `temperature` and `top_p`, pass@samples, greedy accuracy."""
+    default): avg@samples at `temperature` and `top_p`, pass@samples, greedy accuracy.
+    `episodes` (a run's environment, tools, tool_format and episode fields) makes the
+    evaluation multi-turn, with tool use reported (`rlvr.eval.tool_metrics`)."""
     setup = model if isinstance(model, ModelSetup) else ModelSetup(model)
-    task = make_task(task_name, **task_options)
+    task = with_episodes(make_task(task_name, **task_options), episodes)
     select_problems(task, split, size)  # a bad split or size is named before loading
     _check_count("samples", samples, 1, "samples per problem")
     max_new_tokens = response_budget(task, max_new_tokens)
@@ -103,6 +109,20 @@ def evaluate_model(
         "eval/max_new_tokens": float(max_new_tokens),
         **result.metrics,
     }
+
+
+def with_episodes(task: Task, episodes: dict[str, Any] | None) -> Task:
+    """`task` with a run's environment or tools and episode budgets (None: as it is)."""
+    if not episodes:
+        return task
+    return attach_environment(
+        task,
+        episodes.get("environment"),
+        episodes.get("environment_options") or {},
+        episodes.get("tools") or [],
+        episodes.get("episode") or {},
+        episodes.get("tool_format", "tags"),
+    )
 
 
 def select_problems(task: Task, split: str, size: int) -> list[Problem]:

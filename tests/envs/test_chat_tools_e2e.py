@@ -12,9 +12,15 @@ from dataclasses import replace
 
 import pytest
 import torch
-from chat_tool_policy import build_chat_model, tool_config, use_tool_calling_engine
+from chat_tool_policy import (
+    ToolCallingEngine,
+    build_chat_model,
+    tool_config,
+    use_tool_calling_engine,
+)
 from safetensors.torch import load_file
 
+from rlvr.cli import main
 from rlvr.envs.chat_tools import ChatFrame
 from rlvr.train.config import resolve_config
 from rlvr.train.loop import Trainer
@@ -76,7 +82,7 @@ def _metrics(out) -> list[dict]:
 
 def test_a_resumed_tool_run_equals_an_uninterrupted_one(model_dir, tmp_path, monkeypatch):
     use_tool_calling_engine(monkeypatch)
-    values = tool_config(model_dir, tmp_path, steps=2, save_every=1, eval_size=2)
+    values = tool_config(model_dir, tmp_path, steps=2, save_every=1, eval_every=1, eval_size=2)
     whole = resolve_config({**values, "out": str(tmp_path / "whole")})
     run_training(whole)
     first = resolve_config({**values, "steps": 1, "out": str(tmp_path / "part")})
@@ -86,3 +92,38 @@ def test_a_resumed_tool_run_equals_an_uninterrupted_one(model_dir, tmp_path, mon
     a = load_file(str(tmp_path / "whole" / "checkpoint" / "policy" / "model.safetensors"))
     b = load_file(str(tmp_path / "part" / "checkpoint" / "policy" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_rlvr_eval_runs_the_runs_tools_or_none(model_dir, tmp_path, monkeypatch, capsys):
+    """`rlvr eval --run` evaluates in the run's episodes, tools declared and tool use
+    reported with CIs; `--tools off` evaluates the same checkpoint in one turn."""
+    use_tool_calling_engine(monkeypatch)
+    import rlvr.eval.run
+
+    monkeypatch.setattr(
+        rlvr.eval.run,
+        "HFEngine",
+        lambda policy, tokenizer, fp32_head, compile: ToolCallingEngine(policy, tokenizer),
+    )
+    out = tmp_path / "run"
+    run_training(resolve_config(tool_config(model_dir, tmp_path, steps=1, eval_size=2)))
+    items = tmp_path / "items.jsonl"
+    common = ["eval", "--run", str(out), "--k", "4", "--size", "2", "--items", str(items)]
+    assert main(common) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    # every item: sample 0 calls calc (2 turns), 1 and 2 make malformed calls (2 turns),
+    # 3 answers at once (1 turn); so per episode 1/4 valid calls, 2/4 malformed, 7/4 turns,
+    # the same for each item: the CI is the point
+    expected = {"tool_calls": 0.25, "invalid_calls": 0.5, "tool_errors": 0.0, "turns": 1.75}
+    for name, value in expected.items():
+        assert metrics[f"eval/{name}"] == value
+        assert metrics[f"eval/{name}_ci_low"] == metrics[f"eval/{name}_ci_high"] == value
+    record = json.loads(items.read_text().splitlines()[0])
+    assert "<tools>" in record["prompt"] and record["tool_calls"] == 0.25
+    assert main([*common, "--tools", "off"]) == 0
+    one_turn = json.loads(capsys.readouterr().out)
+    assert "eval/tool_calls" not in one_turn
+    # the calc sample (1 in 4) is right only with the tool; the direct answer i + 1 is
+    # right in both (for i = 1)
+    assert metrics["eval/avg@4"] - one_turn["eval/avg@4"] == 0.25
+    assert "<tools>" not in json.loads(items.read_text().splitlines()[0])["prompt"]
