@@ -224,8 +224,36 @@ def test_episodes_frame_observations_on_real_token_ids(tokenizer):
             {"tool_format": "hermes", "tools": ["rlvr.tasks.calculator:calc"]},
             "set policy.chat_template: true",
         ),
+        (
+            {"tools": [{"factory": "rlvr.tools.search:make_search_tool", "timeout": 3}]},
+            r"a mapping takes factory \(required\), options and timeout_s; unknown: \['timeout'\]",
+        ),
+        (
+            {"tools": [{"factory": "rlvr.tools.search:make_search_tool", "timeout_s": 0}]},
+            r"tools\[0\].timeout_s must be a number > 0, got 0",
+        ),
+        (
+            {
+                "tools": [{"factory": "rlvr.tools:make_python_tool", "timeout_s": 30}],
+                "episode": {"env_timeout_s": 20},
+            },
+            r"episode.env_timeout_s=20 must exceed the longest tool time limit \(30s\)",
+        ),
     ],
 )
 def test_tool_formats_that_cannot_take_effect_are_refused(values, message):
     with pytest.raises(ValueError, match=message):
         resolve_config(values)
+
+
+def test_tags_tools_share_one_time_limit():
+    from rlvr.envs.attach import environment_factory
+
+    tools = [
+        {"factory": "rlvr.tools:make_python_tool", "timeout_s": 3},
+        "rlvr.tasks.calculator:calc",  # the default 5 s
+    ]
+    with pytest.raises(ValueError, match=r"one time limit; tools set timeout_s \[3.0, 5.0\]"):
+        environment_factory(None, {}, tools)
+    env = environment_factory(None, {}, tools, "hermes")()
+    assert env.timeout_s == {"python": 3.0, "calc": 5.0}
