@@ -230,7 +230,7 @@ def _config(tmp_path, name, **overrides):
             "group_size": 4,
             "max_new_tokens": 8,
             "eval_size": 4,
-            "eval_every": 2,
+            "eval_every": 10,  # evaluations before the first and after the last step only
             "progress": False,
             "report_to": [],
             "out": str(tmp_path / name),
