@@ -64,7 +64,9 @@ class SyncProbe:
 
     @torch.no_grad()
     def gap(self, engine, model: torch.nn.Module, pad_id: int, fp32_head: bool):
-        """(mean, max) over the probe's tokens of |log π_engine − log π_trainer|."""
+        """(mean, max) over the probe's tokens of |log π_engine − log π_trainer|; None
+        when the trainer's own log-probs are not finite (the policy diverged: not a sync
+        failure, and the run's divergence check names the step)."""
         scored = engine.score_ids(self.prompt_ids, self.response_ids)
         steps = max(map(len, self.response_ids))
         ids = torch.full((len(self.response_ids), steps), pad_id, dtype=torch.long)
@@ -73,6 +75,8 @@ class SyncProbe:
             ids[row, : len(r)] = torch.tensor(r)
             mask[row, : len(r)] = 1.0
         trainer = response_logprobs(model, self.prompt_ids, ids, mask, pad_id, 1.0, fp32_head)
+        if not torch.isfinite(trainer[mask > 0]).all():
+            return None
         diffs = torch.cat(
             [
                 (s.float() - trainer[row, : len(s)].float().cpu()).abs()
@@ -85,7 +89,10 @@ class SyncProbe:
         """Raise `WeightSyncError` naming `when` (e.g. "after step 3") if the gap exceeds
         the tolerance; else the probe's metrics."""
         started = time.perf_counter()
-        mean, largest = self.gap(engine, model, pad_id, fp32_head)
+        gap = self.gap(engine, model, pad_id, fp32_head)
+        if gap is None:
+            return {"time/sync_probe_s": time.perf_counter() - started}
+        mean, largest = gap
         if not mean <= self.tolerance:  # NaN fails too
             raise WeightSyncError(
                 f"weight-sync probe {when}: the rollout engine's log-probs of the "

@@ -48,6 +48,18 @@ def test_the_hf_engine_passes_and_logs_the_gap(small_config):
     assert "train/sync_probe_gap" not in Trainer(small_config(sync_probe=False)).train_step()
 
 
+def test_a_diverged_policy_is_not_called_a_failed_sync(small_config):
+    """Weights that are NaN on both sides are the policy's divergence (the run's own check
+    names it), not a sync failure: the probe measures no gap and does not stop the run."""
+    trainer = Trainer(small_config(steps=1))
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.fill_(float("nan"))
+    pad = trainer.tokenizer.pad_token_id
+    metrics = trainer.sync_probe.check(trainer.engine, trainer.model, pad, False, "after step 1")
+    assert "train/sync_probe_gap" not in metrics and metrics["time/sync_probe_s"] > 0
+
+
 def _hf_config(tmp_path, **extra):
     model_dir = str(build_tiny_hf_model(tmp_path / "model"))
     data = write_jsonl(tmp_path / "gsm8k.jsonl", gsm8k_rows(20))
