@@ -17,6 +17,8 @@ from rlvr.service.types import Datum
 
 INTEGER_INPUTS = ("target_tokens",)
 BINARY_INPUTS = ("response_mask",)
+# The Tinker SDK's names for an input rlvr names otherwise (same meaning, same values).
+SDK_NAMES = {"sequence_ratio_mask": "response_mask"}
 
 
 class Batch(NamedTuple):
@@ -53,7 +55,11 @@ def pack(datums: Sequence[Datum], required: Sequence[str], vocab_size: int, loss
     rows, columns = [], {name: [] for name in required}
     for i, datum in enumerate(datums):
         tokens = _model_input(datum, i, vocab_size)
-        given = datum.loss_fn_inputs
+        given = {SDK_NAMES.get(k, k): v for k, v in datum.loss_fn_inputs.items()}
+        if len(given) < len(datum.loss_fn_inputs):
+            raise ValueError(
+                f"datum {i}: loss_fn_inputs hold both names of one input: {SDK_NAMES}; give one"
+            )
         missing = [n for n in required if n not in given]
         extra = sorted(set(given) - set(required))
         if missing or extra:

@@ -22,7 +22,8 @@ surrogate here is positively homogeneous in Â, so that is exactly rlvr's loss.
 A datum carries no response mask, and a token ratio needs none (prompt positions have
 Â = 0). GSPO's sequence ratio s_i = exp(mean over y_i of (log π − log π_sampler)) does:
 `gspo` takes it as `response_mask` (1 on positions whose target is a sampled token, 0 on
-the prompt and on an episode's observations), which also bounds the sum.
+the prompt and on an episode's observations; the Tinker SDK's `sequence_ratio_mask` is
+the same input), which also bounds the sum.
 """
 
 from __future__ import annotations
@@ -69,10 +70,19 @@ API_LOSSES = {
 }
 
 
+# The Tinker service's own losses, whose formulas the SDK does not publish.
+SERVICE_ONLY = ("stable_reinforce", "dro")
+
+
 def loss_spec(loss_fn: str) -> LossSpec:
     """The spec of a remote-API loss or of an rlvr surrogate by name (or module:function)."""
     if loss_fn in API_LOSSES:
         return API_LOSSES[loss_fn]
+    if loss_fn in SERVICE_ONLY:
+        raise ValueError(
+            f"loss_fn={loss_fn!r} is computed on the Tinker service and its formula is not "
+            f"published, so rlvr.service does not have it; choose one of: {', '.join(API_LOSSES)}"
+        )
     defaults = {f.name: f.default for f in fields(Params) if f.name in RLVR_PARAMS}
     if isinstance(loss_fn, str) and (loss_fn in SURROGATES or ":" in loss_fn):
         try:

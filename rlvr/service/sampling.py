@@ -11,6 +11,7 @@ never goes stale.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
 import torch
@@ -25,18 +26,22 @@ from rlvr.service import episodes
 from rlvr.service.episodes import EpisodeResponse
 from rlvr.service.types import (
     APIFuture,
+    CompletedClient,
     ModelInput,
     SampledSequence,
     SampleResponse,
     SamplingParams,
+    from_sdk,
 )
+
+SEQUENCE_IDS = itertools.count()  # one process is one session: ids distinct within it
 
 
 class StaleWeightsError(RuntimeError):
     """A sampling client was used after the training client's weights moved on."""
 
 
-class SamplingClient:
+class SamplingClient(CompletedClient):
     """Samples from a policy module; `staleness()` says why it may not (None: it may)."""
 
     def __init__(
@@ -60,6 +65,7 @@ class SamplingClient:
         """`num_samples` continuations of `prompt`, each with its tokens (EOS or the stop
         token included) and their sampler log-probs."""
         self._check_fresh()
+        sampling_params = from_sdk(SamplingParams, sampling_params, "sample")
         params = _engine_params(num_samples, sampling_params)
         generator = self._generator(sampling_params)
         tokens = _prompt_tokens(prompt, self.engine.tokenizer.vocab_size)
@@ -71,6 +77,7 @@ class SamplingClient:
                 tokens=gen.response_ids[row, :n].tolist(),
                 logprobs=gen.sampler_logprobs[row, :n].tolist(),
                 stop_reason="length" if bool(gen.truncated[row]) else "stop",
+                sequence_id=f"seq-{next(SEQUENCE_IDS)}",
             )
             sequences.append(_apply_stop(seq, sampling_params.stop, self.engine.tokenizer))
         return APIFuture(SampleResponse(sequences))
@@ -88,6 +95,7 @@ class SamplingClient:
         (service/episodes.py). `sampling_params.max_tokens` bounds the whole trajectory,
         policy and observation tokens together; turns end at the environment's stop strings."""
         self._check_fresh()
+        sampling_params = from_sdk(SamplingParams, sampling_params, "sample_episodes")
         if sampling_params.stop:
             raise ValueError(
                 f"sample_episodes: SamplingParams.stop={sampling_params.stop!r} cannot take "
@@ -172,4 +180,4 @@ def _apply_stop(
     if not ends:
         return seq
     end = min(ends)
-    return SampledSequence(seq.tokens[:end], seq.logprobs[:end], "stop")
+    return SampledSequence(seq.tokens[:end], seq.logprobs[:end], "stop", seq.sequence_id)

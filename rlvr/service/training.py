@@ -29,19 +29,21 @@ from rlvr.service.sampling import SamplingClient
 from rlvr.service.types import (
     AdamParams,
     APIFuture,
+    CompletedClient,
     Datum,
     ForwardBackwardOutput,
     ModelInput,
     OptimStepResponse,
     SaveWeightsResponse,
     TensorData,
+    from_sdk,
 )
 from rlvr.train.checkpoint import load_policy_weights, load_trainer_state, save_checkpoint
 
 CustomLoss = Callable[[list[Datum], list[torch.Tensor]], tuple[torch.Tensor, dict[str, float]]]
 
 
-class TrainingClient:
+class TrainingClient(CompletedClient):
     """One policy being trained (full fine-tune, or LoRA adapters only)."""
 
     def __init__(
@@ -149,8 +151,7 @@ class TrainingClient:
 
     def optim_step(self, adam_params: AdamParams) -> APIFuture[OptimStepResponse]:
         """One AdamW step with the accumulated gradients, which are then cleared."""
-        if not isinstance(adam_params, AdamParams):
-            raise ValueError(f"optim_step needs AdamParams(learning_rate=...), got {adam_params!r}")
+        adam_params = from_sdk(AdamParams, adam_params, "optim_step")
         for group in self.optimizer.param_groups:
             group.update(
                 lr=adam_params.learning_rate,
@@ -170,9 +171,28 @@ class TrainingClient:
 
     # Weights for sampling, and state ---------------------------------------------------
 
-    def save_weights_and_get_sampling_client(self, name: str | None = None) -> SamplingClient:
+    def save_weights_and_get_sampling_client(
+        self,
+        name: str | None = None,
+        *,
+        record_stability_info: bool = False,
+        kind: str = "snapshot",
+    ) -> SamplingClient:
         """A sampling client of the current weights (shared, not copied: it goes stale at
-        the next optim_step or load_state; sampling.py)."""
+        the next optim_step or load_state; sampling.py). The SDK's `record_stability_info`
+        serves its `stable_reinforce` loss, which is not here, so only False is valid; its
+        `kind="inflight"` (weights that follow training) is refused too."""
+        if record_stability_info:
+            raise ValueError(
+                "save_weights_and_get_sampling_client(record_stability_info=True) serves "
+                "loss_fn='stable_reinforce', which rlvr.service does not have; pass False "
+                "(and train with importance_sampling, ppo, cispo or gspo)"
+            )
+        if kind != "snapshot":
+            raise ValueError(
+                f"save_weights_and_get_sampling_client(kind={kind!r}) cannot take effect: a "
+                "local sampler holds the weights of the step it was made at; use 'snapshot'"
+            )
         version, label = self.version, name or f"step-{self.step}"
         self._samplers += 1
         if hasattr(self.engine, "sync_weights") and self._synced_version != version:
@@ -277,8 +297,8 @@ class TrainingClient:
     async def optim_step_async(self, adam_params: AdamParams) -> APIFuture[OptimStepResponse]:
         return self.optim_step(adam_params)
 
-    async def save_weights_and_get_sampling_client_async(self, name: str | None = None):
-        return self.save_weights_and_get_sampling_client(name)
+    async def save_weights_and_get_sampling_client_async(self, *args: Any, **kwargs: Any):
+        return self.save_weights_and_get_sampling_client(*args, **kwargs)
 
     async def save_state_async(self, *args: Any, **kwargs: Any) -> APIFuture[SaveWeightsResponse]:
         return self.save_state(*args, **kwargs)

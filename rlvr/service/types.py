@@ -9,9 +9,9 @@ value; `*_async` methods exist so a script written for the remote API runs uncha
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Generic, Self, TypeVar
 
 import numpy as np
 import torch
@@ -30,6 +30,25 @@ class APIFuture(Generic[T]):
 
     async def result_async(self, timeout: float | None = None) -> T:
         return self._value
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self.result_async().__await__()
+
+
+class CompletedClient:
+    """A client that is also its own completed future: the Tinker SDK's `create_*` calls
+    return a future of the client (`.result()` or `await` it), and for a while also
+    accepted the future as the client; here the client is made before the call returns,
+    so both spellings hold."""
+
+    def result(self, timeout: float | None = None) -> Self:
+        return self
+
+    async def result_async(self, timeout: float | None = None) -> Self:
+        return self
+
+    def __await__(self) -> Generator[Any, None, Self]:
+        return self.result_async().__await__()
 
 
 @dataclass(frozen=True)
@@ -185,6 +204,11 @@ class SamplingParams:
                 f"SamplingParams.top_k={self.top_k!r} cannot take effect: rlvr's engines sample "
                 "the full distribution (or a top_p nucleus); use top_k=-1"
             )
+        if self.stop is not None and not isinstance(self.stop, str) and len(self.stop) == 0:
+            raise ValueError(
+                "SamplingParams.stop=[] (no stop at all, not even EOS, in the Tinker SDK) cannot "
+                "take effect: rlvr's engines always end a sequence at EOS; use stop=None"
+            )
 
 
 @dataclass
@@ -196,6 +220,8 @@ class SampledSequence:
     logprobs: list[float]
     stop_reason: str
     """'stop' (EOS or a stop sequence ended it) or 'length' (max_tokens)."""
+    sequence_id: str = ""
+    """Distinct per sequence within a ServiceClient's session (the Tinker SDK's field)."""
 
 
 @dataclass
@@ -220,3 +246,23 @@ class OptimStepResponse:
 @dataclass
 class SaveWeightsResponse:
     path: str
+
+
+def from_sdk(cls: type[T], value: Any, what: str = "this call") -> T:
+    """`value` as rlvr's `cls` (AdamParams, SamplingParams): itself, or the `tinker` SDK's
+    object of the same name, a pydantic model whose fields are rebuilt as `cls`'s so that
+    every check runs. A field `cls` lacks, set to other than its default, is refused."""
+    if isinstance(value, cls):
+        return value
+    if type(value).__name__ != cls.__name__ or not hasattr(value, "model_dump"):
+        raise ValueError(f"{what} needs {cls.__name__}(...), got {value!r:.80}")
+    ours = {f.name for f in fields(cls)}
+    given = value.model_dump()
+    defaults = {k: f.default for k, f in type(value).model_fields.items()}
+    extra = {k: v for k, v in given.items() if k not in ours and v != defaults.get(k)}
+    if extra:
+        raise ValueError(
+            f"{what}: {cls.__name__} field(s) {extra} cannot take effect in rlvr.service; "
+            f"its fields are {', '.join(sorted(ours))}"
+        )
+    return cls(**{k: v for k, v in given.items() if k in ours})

@@ -1,11 +1,12 @@
 """A `tinker`-shaped namespace over the local service, so a script written for the Tinker
 SDK runs here with its own calls: `import rlvr.service.tinker_compat as tinker`, or leave
 the script untouched and run it with `python -m rlvr.service.as_tinker script.py`, which
-makes `import tinker` (and `tinker.types`, `tinker.types.tensor_data`) resolve here for
-that run only. docs/service.md lists what still differs.
+makes `tinker.ServiceClient` this module's for that run (and, where the SDK is not
+installed, `import tinker` this module). docs/service.md lists what still differs.
 
-The SDK's connection settings (`base_url`, `api_key`, `project_id`) cannot take effect on
-a service that is this process: they are refused with a warning, not silently dropped.
+The SDK's connection settings (`base_url`, `api_key`, `project_id`,
+`default_headers_overrides`) cannot take effect on a service that is this process: they
+are refused with a warning, not silently dropped.
 """
 
 from __future__ import annotations
@@ -39,13 +40,22 @@ LOCAL_OPTIONS: dict[str, Any] = {}
 keyword arguments: root, seed, task_options, device, dtype, engine, engine_options);
 `python -m rlvr.service.as_tinker --root DIR --seed N` sets them."""
 
-REMOTE_ONLY = ("base_url", "api_key", "project_id")
+REMOTE_ONLY = ("project_id", "base_url", "api_key", "default_headers_overrides")
 
 
 class ServiceClient(_client.ServiceClient):
-    """`tinker.ServiceClient(...)`: the local service, taking the SDK's arguments."""
+    """`tinker.ServiceClient(...)`: the local service, taking the SDK's arguments.
+    `user_metadata` and `display_name` label a remote session; they are kept, unused."""
 
-    def __init__(self, user_metadata: dict[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        user_metadata: dict[str, str] | None = None,
+        project_id: str | None = None,
+        *,
+        display_name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs["project_id"] = project_id
         remote = {k: kwargs.pop(k) for k in REMOTE_ONLY if kwargs.get(k) is not None}
         for k in REMOTE_ONLY:
             kwargs.pop(k, None)
@@ -56,6 +66,7 @@ class ServiceClient(_client.ServiceClient):
                 stacklevel=2,
             )
         self.user_metadata = dict(user_metadata or {})
+        self.display_name = display_name
         super().__init__(**{**LOCAL_OPTIONS, **kwargs})
 
     def create_lora_training_client(
@@ -67,9 +78,12 @@ class ServiceClient(_client.ServiceClient):
         train_attn: bool = True,
         train_unembed: bool = True,
         user_metadata: dict[str, str] | None = None,
+        optimizer: Any = None,
     ) -> TrainingClient:
-        """The SDK's LoRA client (its default rank 32; α is rlvr's 32). A `seed` other than
-        the ServiceClient's and a `train_*` switch turned off cannot take effect: refused."""
+        """The SDK's LoRA client (its default rank 32; α is rlvr's 32), which is its own
+        completed future (`.result()` returns it). A `seed` other than the ServiceClient's,
+        a `train_*` switch turned off and an optimizer other than AdamW cannot take effect:
+        refused."""
         if seed is not None and seed != self.seed:
             raise ValueError(
                 f"create_lora_training_client(seed={seed!r}): the local service seeds from "
@@ -79,6 +93,11 @@ class ServiceClient(_client.ServiceClient):
             raise ValueError(
                 "create_lora_training_client: train_mlp/train_attn/train_unembed=False cannot "
                 "take effect locally; rlvr's LoRA adapts every linear layer"
+            )
+        if optimizer is not None and getattr(optimizer, "type", None) != "adamw":
+            raise ValueError(
+                f"create_lora_training_client(optimizer={optimizer!r:.60}): the local service "
+                "trains with AdamW only; pass None or AdamOptimizerConfig()"
             )
         return super().create_lora_training_client(base_model, rank=rank, alpha=32.0)
 
