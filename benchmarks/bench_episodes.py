@@ -1,7 +1,7 @@
 """Multi-turn episodes: rlvr's `run_episodes` against a naive loop that re-encodes the
 conversation every turn, side by side (issue 25; goal: ≥ 3× the naive tokens/s).
 
-Workload, the same for both: calculator prompts (`Q: 37*85=? A:`), `--prompts` ×
+Workload, the same for all: calculator prompts (`Q: 37*85=? A:`), `--prompts` ×
 `--group` episodes at temperature 1, each with a fresh `NudgingCalculator`: the calculator
 task's `ToolEnvironment` (`calc`, whose `</calc>` ends a turn, answered `=3145`), except that
 a turn without a tool call is answered with a nudge (`NUDGE`) instead of ending the episode.
@@ -9,10 +9,13 @@ So episodes go on until EOS or a budget (`--max-turns`, `--turn-tokens` per turn
 `--max-new-tokens` per trajectory, policy and observation tokens together), and a random
 policy, which ends its turns at the turn budget, still plays several turns.
 
-Contestants, both over the same `HFEngine` class and the same weights:
+Contestants, all over the same `HFEngine` class and the same weights:
 - rlvr: `run_episodes`: one engine call per turn over every live episode, the group forked
-  after its shared prompt, each turn continued from the exact token ids so far (it
-  re-prefills the context each turn: no KV cache is kept across turns);
+  after its shared prompt, each turn continued from the exact token ids so far, each
+  episode's KV cache kept between turns (`rlvr.rollout.kv_session`: a turn prefills only
+  the observation and the previous turn's last token);
+- prefill: the same `run_episodes` with `reuse_cache=False`: every turn re-prefills its
+  whole context (rlvr before the session; same tokens from the same seed);
 - naive: as users commonly write it, episode by episode: each turn re-encode the prompt and
   the conversation text so far, generate one turn (group 1), cut the text at the first stop
   string, call the environment, append its observation text, repeat.
@@ -25,10 +28,11 @@ text. Nothing is downloaded or saved.
 
 Per model, each contestant runs in a process of its own (benchmarks/harness.py; the driver
 checks the weights' digest and the torch thread count), one warm-up batch each, then
-`--rounds` batches asked for in turn, the order flipped every round. Printed per
+`--rounds` batches asked for in turn, the order reversed every round. Printed per
 contestant: median seconds per batch, policy tokens/s and episodes/s (medians of per-round
 rates), and per episode the mean turns, observation tokens, tool calls and policy tokens;
-then the ratio rlvr / naive (of the medians, and the median of per-round paired ratios).
+then the ratios rlvr / naive and rlvr / prefill (of the medians, and the median of
+per-round paired ratios).
 The work check compares policy tokens per episode: a naive loop that stopped early would
 look fast; the benchmark exits with status 1 when they differ by more than `--tolerance`.
 Run: .venv/bin/python benchmarks/bench_episodes.py [--rounds 5] [--models embedded,llama]
@@ -57,7 +61,7 @@ from rlvr.tasks import make_task
 from rlvr.tasks.calculator import OBSERVATION, calc
 
 MODELS = ("embedded", "llama")
-SIDES = ("rlvr", "naive")
+SIDES = ("rlvr", "prefill", "naive")
 NUDGE = "\ngo on:"
 
 
@@ -84,11 +88,12 @@ class Work:
     tool_calls: int = 0
 
 
-def rlvr_batch(engine, prompts, params, budgets, generator) -> Work:
-    """All episodes through `run_episodes`."""
+def rlvr_batch(engine, prompts, params, budgets, generator, reuse_cache=True) -> Work:
+    """All episodes through `run_episodes`, the KV cache kept between turns or not."""
     ids = encode_prompts(engine.tokenizer, prompts)
+    env = lambda i: NudgingCalculator()  # noqa: E731
     gen = run_episodes(
-        engine, engine.tokenizer, ids, lambda i: NudgingCalculator(), params, budgets, generator
+        engine, engine.tokenizer, ids, env, params, budgets, generator, reuse_cache=reuse_cache
     )
     return Work(
         episodes=len(gen.episodes),
@@ -97,6 +102,11 @@ def rlvr_batch(engine, prompts, params, budgets, generator) -> Work:
         observation_tokens=sum(e.observation_tokens for e in gen.episodes),
         tool_calls=sum(e.tool_calls for e in gen.episodes),
     )
+
+
+def prefill_batch(engine, prompts, params, budgets, generator) -> Work:
+    """`rlvr_batch` re-prefilling every turn's whole context."""
+    return rlvr_batch(engine, prompts, params, budgets, generator, reuse_cache=False)
 
 
 def naive_batch(engine, prompts, params, budgets, generator) -> Work:
@@ -213,7 +223,7 @@ def serve(args) -> None:
     prompts = [p.prompt for p in make_task("calculator").problems("eval")[: args.prompts]]
     params = SamplingParams(group_size=args.group, max_new_tokens=args.max_new_tokens)
     budgets = EpisodeBudgets(max_turns=args.max_turns, max_turn_tokens=args.turn_tokens)
-    batch = rlvr_batch if args.side == "rlvr" else naive_batch
+    batch = {"rlvr": rlvr_batch, "prefill": prefill_batch, "naive": naive_batch}[args.side]
     run = lambda seed: batch(engine, prompts, params, budgets, torch.Generator().manual_seed(seed))  # noqa: E731
     start = time.perf_counter()
     run(10**6)
@@ -227,8 +237,8 @@ def serve(args) -> None:
 
 
 def measure(model: str, flags: list[str], rounds: int, threads: int) -> dict[str, dict]:
-    """Both contestants on `model`, asked in turn for one batch per round (the order
-    flipped every round); returns each one's per-round answers and its summary."""
+    """Every contestant on `model`, asked in turn for one batch per round (the order
+    reversed every round); returns each one's per-round answers and its summary."""
     argv = lambda side: [sys.executable, __file__, f"--side={side}", f"--model={model}", *flags]  # noqa: E731
     with contestants(SIDES, argv) as procs:
         out = {side: {"rounds": [], **p.receive()} for side, p in procs.items()}
@@ -259,9 +269,9 @@ def summary(rounds: list[dict]) -> dict:
     }
 
 
-def compare(sides: dict[str, dict], tolerance: float) -> dict:
-    """The ratios rlvr / naive, and whether both did comparable work."""
-    ours, theirs = sides["rlvr"], sides["naive"]
+def compare(sides: dict[str, dict], tolerance: float, other: str = "naive") -> dict:
+    """The ratios rlvr / `other`, and whether both did comparable work."""
+    ours, theirs = sides["rlvr"], sides[other]
     paired = statistics.median(
         (a["policy_tokens"] / a["s"]) / (b["policy_tokens"] / b["s"])
         for a, b in zip(ours["rounds"], theirs["rounds"], strict=True)
@@ -287,13 +297,14 @@ def print_model(model: str, result: dict) -> None:
             f"{r['tool_calls_per_episode']:.2f} tool calls, {r['policy_tokens_per_episode']:.1f} "
             f"policy tokens | warm-up {r['warmup_s']:.1f} s, peak +{r['peak_mib']:.0f} MiB"
         )
-    c = result["compare"]
-    print(
-        f"  rlvr / naive: {c['tokens_per_s_ratio']:.2f}x tokens/s, {c['episodes_per_s_ratio']:.2f}x "
-        f"episodes/s (ratio of medians); per-round paired {c['paired_ratio']:.2f}x | work "
-        f"(policy tokens per episode) rlvr / naive {c['work_ratio']:.3f}: "
-        + ("comparable" if c["comparable"] else "NOT COMPARABLE")
-    )
+    for key, other in (("compare", "naive"), ("compare_prefill", "prefill")):
+        c = result[key]
+        print(
+            f"  rlvr / {other}: {c['tokens_per_s_ratio']:.2f}x tokens/s, "
+            f"{c['episodes_per_s_ratio']:.2f}x episodes/s (ratio of medians); per-round paired "
+            f"{c['paired_ratio']:.2f}x | work (policy tokens per episode) rlvr / {other} "
+            f"{c['work_ratio']:.3f}: " + ("comparable" if c["comparable"] else "NOT COMPARABLE")
+        )
 
 
 def parse() -> argparse.Namespace:
@@ -337,12 +348,18 @@ def main() -> None:
     for model in args.models.split(","):
         result = measure(model, flags, args.rounds, args.threads)
         result["compare"] = compare(result, args.tolerance)
+        result["compare_prefill"] = compare(result, args.tolerance, "prefill")
         report["models"][model] = result
         print_model(model + (" (warm start)" if model == "embedded" and args.warm else ""), result)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(report, handle, indent=1)
-    if not all(r["compare"]["comparable"] for r in report["models"].values()):
+    checks = [
+        r[key]["comparable"]
+        for r in report["models"].values()
+        for key in ("compare", "compare_prefill")
+    ]
+    if not all(checks):
         sys.exit(1)
 
 

@@ -1,6 +1,7 @@
 """`benchmarks/bench_episodes.py`: its environment, the naive loop's budgets (it must play
 the same episodes as `run_episodes` when sampling is all but greedy), and a tiny run of
-the whole benchmark, whose report must show multi-turn episodes on both sides."""
+the whole benchmark, whose report must show multi-turn episodes for every contestant and
+the same episodes with the KV cache kept as without."""
 
 import json
 import subprocess
@@ -22,6 +23,7 @@ from bench_episodes import (
     embedded_policy,
     llama_policy,
     naive_batch,
+    prefill_batch,
     rlvr_batch,
 )
 
@@ -54,14 +56,14 @@ def test_naive_loop_plays_the_same_episodes_as_run_episodes_when_near_greedy(bui
     seed = lambda: torch.Generator().manual_seed(0)  # noqa: E731
     ours = rlvr_batch(engine, prompts, params, budgets, seed())
     theirs = naive_batch(engine, prompts, params, budgets, seed())
-    assert ours == theirs
+    assert ours == theirs == prefill_batch(engine, prompts, params, budgets, seed())
     if expected is not None:  # a random policy, all but greedy: no EOS, no tool call
         assert ours == expected
     assert ours.episodes == 4 and ours.turns > ours.episodes
     assert ours.policy_tokens + ours.observation_tokens <= 4 * 26
 
 
-def test_tiny_run_reports_multi_turn_work_for_both_contestants(tmp_path):
+def test_tiny_run_reports_multi_turn_work_for_every_contestant(tmp_path):
     report_file = tmp_path / "report.json"
     command = [sys.executable, str(BENCHMARKS / "bench_episodes.py"), "--rounds=1"]
     command += ["--models=embedded", "--prompts=2", "--group=2", "--max-turns=3", "--turn-tokens=4"]
@@ -72,7 +74,8 @@ def test_tiny_run_reports_multi_turn_work_for_both_contestants(tmp_path):
     assert set(report["models"]) == {"embedded"}  # the Llama's episodes: the test above
     for model, result in report["models"].items():
         assert result["rlvr"]["digest"] == result["naive"]["digest"], model
-        for side in ("rlvr", "naive"):
+        assert result["rlvr"]["digest"] == result["prefill"]["digest"], model
+        for side in ("rlvr", "prefill", "naive"):
             r = result[side]
             assert len(r["rounds"]) == 1
             assert r["rounds"][0]["episodes"] == 4  # 2 prompts × 2
@@ -81,4 +84,8 @@ def test_tiny_run_reports_multi_turn_work_for_both_contestants(tmp_path):
             assert r["tokens_per_s"] > 0 and r["episodes_per_s"] > 0
         ratios = result["compare"]
         assert set(ratios) >= {"tokens_per_s_ratio", "paired_ratio", "work_ratio", "comparable"}
-    assert "rlvr / naive:" in done.stdout
+        # The same seeds, the same episodes: keeping the cache changes only the time.
+        assert result["compare_prefill"]["work_ratio"] == 1.0
+        for key in ("turns", "observation_tokens", "tool_calls"):
+            assert result["rlvr"][f"{key}_per_episode"] == result["prefill"][f"{key}_per_episode"]
+    assert "rlvr / naive:" in done.stdout and "rlvr / prefill:" in done.stdout
