@@ -5,8 +5,8 @@ vocabulary of 50), the same 8 prompts × group 8, exactly `--tokens` new tokens 
 (TRL: `min_new_tokens` suppresses EOS; rlvr: the benchmark tokenizer's EOS id is one the
 model cannot emit), temperature 1, top-p 1, no top-k, no reference model (β = 0), one
 optimizer step per rollout batch (on-policy), the same reward function and AdamW settings.
-Three contestants are run in turn, step by step, so that load from other processes hits
-them alike: TRL with its defaults (gradient checkpointing on), TRL without gradient
+Three contestants (five with bf16, below) are run in turn, step by step, so that load
+from other processes hits them alike: TRL with its defaults (gradient checkpointing on), TRL without gradient
 checkpointing, and rlvr. Each runs in a process of its own (built from the same seed, the
 driver checks the weights' digest and the torch thread count), and the driver asks each in
 turn for one step over a pipe and waits for its phase times: sharing one process slowed
@@ -15,7 +15,11 @@ keeps the old harness (one process, TRL trainers in threads) to compare against.
 contestant's first steps are warm-up and not counted.
 
 The first result line is `ratio X.XX`: TRL-default s/step / rlvr s/step for the first size
-and loss (by default the 3 M model with grpo). Then per setting: the median and spread
+and loss (by default the 3 M model with grpo). Two more contestants run unless `--no-bf16`:
+TRL's defaults with `bf16=True`, and rlvr with `precision: bf16` (autocast over float32
+master weights) and `sampler_precision: bf16` (sampling from a bf16 copy synced after the
+update); the next lines are `ratio-bf16 X.XX` (TRL-bf16 / rlvr-bf16: same precision, same
+work) and `speedup-bf16 X.XX` (TRL's fp32 defaults / rlvr-bf16: what a user gains). Then per setting: the median and spread
 (min–max) of each contestant's step time, the ratios, and the medians of the time spent
 in generation / log-prob forwards / backward / optimizer (grad clipping included) and in
 the rest (rewards, advantages, bookkeeping); medians of parts need not add up exactly.
@@ -38,7 +42,7 @@ tokenizer is built locally, `report_to="none"`, nothing is saved.
 
 Needs the `bench` extra (`pip install -e .[bench]`); rlvr itself never imports TRL.
 Run: python benchmarks/step_vs_trl.py [--sizes 3m,30m] [--losses grpo,dapo] [--reps 8]
-     [--in-process] [--no-floor] [--compile]
+     [--in-process] [--no-floor] [--compile] [--no-bf16]
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ from rlvr.algo.recipes import get_recipe
 from rlvr.models.tiny import count_parameters
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.train import update as rlvr_update
+from rlvr.train.precision import sampling_engine
 from rlvr.train.rollout_record import from_generation
 from rlvr.train.update import UpdateSettings, policy_update
 
@@ -194,7 +199,9 @@ class Phases:
 class RlvrSide:
     compile_decode = False  # --compile: the engine's decode step through torch.compile
 
-    def __init__(self, model, hf_tok, loss: str, tokens: int, group: int) -> None:
+    def __init__(
+        self, model, hf_tok, loss: str, tokens: int, group: int, precision: str = "fp32"
+    ) -> None:
         self.model = model.train()
         self.tokenizer = NoEosTokenizer(hf_tok)
         # TRL's loss_type="dapo" is DAPO's loss (token-mean, clip-higher 0.28) without
@@ -202,12 +209,21 @@ class RlvrSide:
         self.recipe = get_recipe(
             loss, kl_coef=0.0, **({"dynamic_sampling": False} if loss == "dapo" else {})
         )
-        self.engine = HFEngine(
-            model, self.tokenizer, fp32_head=self.recipe.fp32_head, compile=self.compile_decode
+        # bf16: autocast over float32 master weights, sampling from a bf16 copy synced
+        # after every update (precision: bf16, sampler_precision: bf16).
+        self.engine = sampling_engine(
+            lambda m: HFEngine(
+                m, self.tokenizer, fp32_head=self.recipe.fp32_head, compile=self.compile_decode
+            ),
+            model,
+            precision,
+            "bf16" if precision == "bf16" else "same",
         )
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
         self.params = SamplingParams(group, 1.0, 1.0, tokens)
-        self.settings = UpdateSettings(1, 1, len(PROMPTS) * group, 1.0, tokens, 1.0, PAD)
+        self.settings = UpdateSettings(
+            1, 1, len(PROMPTS) * group, 1.0, tokens, 1.0, PAD, precision=precision
+        )
         self.prompt_ids = [self.tokenizer.encode(p) for p in PROMPTS]
         self.generator = torch.Generator().manual_seed(0)
         self.phases = Phases()
@@ -231,6 +247,7 @@ class RlvrSide:
         )
         with self._timed_update():
             policy_update(self.model, self.optimizer, self.recipe, rollout, prepared, self.settings)
+        self.engine.sync_weights()  # bf16: the sampler's copy; fp32: nothing to do
         elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
         return {"step": elapsed, "cpu": cpu, "rows": int(prepared.keep.sum()), **self.phases.take()}
 
@@ -255,7 +272,15 @@ class TrlSide:
     hands control back to the benchmark between steps (a generator-based coroutine)."""
 
     def __init__(
-        self, model, hf_tok, loss: str, tokens: int, group: int, checkpointing: bool, steps: int
+        self,
+        model,
+        hf_tok,
+        loss: str,
+        tokens: int,
+        group: int,
+        checkpointing: bool,
+        steps: int,
+        bf16: bool = False,
     ) -> None:
         from datasets import Dataset
         from transformers import TrainerCallback
@@ -288,7 +313,7 @@ class TrlSide:
         args = GRPOConfig(
             output_dir=tempfile.mkdtemp(prefix="trl-bench-"),
             use_cpu=True,
-            bf16=False,
+            bf16=bf16,
             fp16=False,
             report_to="none",
             save_strategy="no",
@@ -337,12 +362,17 @@ class TrlSide:
 # ---------------------------------------------------------------- driver
 
 CONTESTANTS = ("trl", "trl_nogc", "rlvr")  # the order of the steps within a round
+# --bf16 (the default): TRL's defaults with bf16=True, and rlvr with precision: bf16 and
+# sampler_precision: bf16, after the three above within each round.
+BF16_CONTESTANTS = ("trl_bf16", "rlvr_bf16")
 
 
 def make_side(name: str, model, hf_tok, loss: str, tokens: int, group: int, steps: int):
-    if name == "rlvr":
-        return RlvrSide(model, hf_tok, loss, tokens, group)
-    return TrlSide(model, hf_tok, loss, tokens, group, name == "trl", steps)
+    if name in ("rlvr", "rlvr_bf16"):
+        precision = "bf16" if name == "rlvr_bf16" else "fp32"
+        return RlvrSide(model, hf_tok, loss, tokens, group, precision)
+    checkpointing = name != "trl_nogc"  # TRL's default is on
+    return TrlSide(model, hf_tok, loss, tokens, group, checkpointing, steps, name == "trl_bf16")
 
 
 def _gated(trainer, before, after) -> None:
@@ -455,7 +485,7 @@ def check_ready(ready: dict[str, dict], threads: int) -> None:
         raise RuntimeError(f"contestants' torch thread counts {counts}, driver's {threads}")
 
 
-def run_setting(size, loss, reps, warmup, tokens, group, threads: int):
+def run_setting(size, loss, reps, warmup, tokens, group, threads: int, names=CONTESTANTS):
     """Per contestant, the phase times of each counted step, and the parameter count.
     Each contestant runs in its own process; the driver asks each in turn for one step
     and waits for its answer, so they alternate step by step."""
@@ -464,7 +494,7 @@ def run_setting(size, loss, reps, warmup, tokens, group, threads: int):
     flags += ["--compile"] if RlvrSide.compile_decode else []
     script = os.path.abspath(__file__)
     argv = lambda name: [sys.executable, script, f"--child={name}", *flags]  # noqa: E731
-    with contestants(CONTESTANTS, argv) as procs:
+    with contestants(names, argv) as procs:
         ready = {name: proc.receive() for name, proc in procs.items()}
         check_ready(ready, threads)
         times: dict[str, list] = {name: [] for name in procs}
@@ -524,11 +554,11 @@ def summarize(times: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def paired(results, name: str) -> float:
-    """Median over rounds of TRL step / rlvr step within the same round: the three
-    contestants of a round run back to back, so load that drifts between rounds cancels."""
+def paired(results, name: str, against: str = "rlvr") -> float:
+    """Median over rounds of TRL step / rlvr step within the same round: the contestants
+    of a round run back to back, so load that drifts between rounds cancels."""
     return statistics.median(
-        t["step"] / r["step"] for t, r in zip(results[name], results["rlvr"], strict=True)
+        t["step"] / r["step"] for t, r in zip(results[name], results[against], strict=True)
     )
 
 
@@ -537,14 +567,28 @@ def report(size, loss, params, results, first: bool) -> None:
     rows = sorted({t["rows"] for t in results["rlvr"]})
     ratio = s["trl"]["median"] / s["rlvr"]["median"]
     ratio_nogc = s["trl_nogc"]["median"] / s["rlvr"]["median"]
+    bf16 = "rlvr_bf16" in s
+    if bf16:
+        ratio_bf16 = s["trl_bf16"]["median"] / s["rlvr_bf16"]["median"]
+        speedup_bf16 = s["trl"]["median"] / s["rlvr_bf16"]["median"]
     if first:
         print(f"ratio {ratio:.2f}")
+        if bf16:
+            print(f"ratio-bf16 {ratio_bf16:.2f}")
+            print(f"speedup-bf16 {speedup_bf16:.2f}")
     print(
         f"\n== {size} ({params / 1e6:.2f} M params), loss {loss}: "
         f"TRL-default/rlvr {ratio:.2f}x, TRL-no-checkpointing/rlvr {ratio_nogc:.2f}x "
         f"(ratio of medians); per-round paired medians {paired(results, 'trl'):.2f}x, "
         f"{paired(results, 'trl_nogc'):.2f}x"
     )
+    if bf16:
+        print(
+            f"bf16: TRL-bf16/rlvr-bf16 {ratio_bf16:.2f}x (paired "
+            f"{paired(results, 'trl_bf16', 'rlvr_bf16'):.2f}x), TRL-default (fp32)/rlvr-bf16 "
+            f"{speedup_bf16:.2f}x (paired {paired(results, 'trl', 'rlvr_bf16'):.2f}x), "
+            f"rlvr fp32/bf16 {s['rlvr']['median'] / s['rlvr_bf16']['median']:.2f}x"
+        )
     print(
         f"{'contestant':<10} {'s/step':>7} {'min':>6} {'max':>6} "
         + " ".join(f"{p[:9]:>9}" for p in (*PHASES, "other"))
@@ -752,7 +796,12 @@ def main() -> None:
         help="rlvr samples with its decode step compiled (engine_options.compile); the "
         "compilation happens in the warm-up steps",
     )
-    parser.add_argument("--child", choices=CONTESTANTS, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--no-bf16",
+        action="store_true",
+        help="skip the bf16 contestants (TRL bf16=True, rlvr precision/sampler_precision bf16)",
+    )
+    parser.add_argument("--child", choices=CONTESTANTS + BF16_CONTESTANTS, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
@@ -770,7 +819,8 @@ def main() -> None:
     )
     header = (
         f"# threads={threads} torch {torch.__version__}; "
-        f"{len(PROMPTS)} prompts x {args.group} x {args.tokens} tokens, fp32, beta=0; "
+        f"{len(PROMPTS)} prompts x {args.group} x {args.tokens} tokens, fp32 (and bf16: "
+        f"{'none' if args.no_bf16 or args.in_process else ', '.join(BF16_CONTESTANTS)}), beta=0; "
         f"{args.warmup} warm-up + {args.reps} counted steps each, alternating; {where}"
         + ("; rlvr's decode step compiled" if args.compile else "")
     )
@@ -782,7 +832,8 @@ def main() -> None:
                 with contextlib.redirect_stdout(io.StringIO()):  # TRL's end-of-train dicts
                     params, results = run_setting_in_process(*setting)
             else:
-                params, results = run_setting(*setting, threads)
+                names = CONTESTANTS + (() if args.no_bf16 else BF16_CONTESTANTS)
+                params, results = run_setting(*setting, threads, names)
             report(size, loss, params, results, first)
             if not args.no_floor:
                 report_floor(floor(size, loss, args.tokens, args.group), results)
