@@ -5,13 +5,19 @@ The state is two numbers that must survive a checkpoint: the coefficient c_k and
 entropy H_{k−1} measured at the previous optimizer step. Step k applies c_k only if
 H_{k−1} ≤ H_target (0 otherwise); after the step, with H_k its mean per-token entropy over
 the step's policy tokens, c_{k+1} = min(c_k + δ, c_max) if H_k ≤ H_target, else
-max(c_k − δ, c_min). Pure: the training loop owns the state (docs/algorithms.md §5).
+max(c_k − δ, c_min). Pure: the training loop owns the state, passes c_k's applied value
+to the loss, updates it from the step's logged `policy/entropy` (over every rank) and
+saves it in checkpoints (docs/algorithms.md §5).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlvr.algo.recipes import Recipe
 
 
 @dataclass(frozen=True)
@@ -48,3 +54,24 @@ class AdaptiveEntropy:
         else:
             coef = max(self.coef - self.delta, self.coef_min)
         return replace(self, coef=coef, last_entropy=entropy)
+
+    def state_dict(self) -> dict[str, float]:
+        """The state a checkpoint carries (the settings are the recipe's)."""
+        return {"coef": self.coef, "last_entropy": self.last_entropy}
+
+    def with_state(self, state: dict[str, float]) -> AdaptiveEntropy:
+        """These settings with the saved state (`state_dict()`) restored."""
+        return replace(self, coef=float(state["coef"]), last_entropy=float(state["last_entropy"]))
+
+
+def adaptive_entropy(recipe: Recipe) -> AdaptiveEntropy | None:
+    """The controller at step 1 for a recipe with `entropy_target`; None for a static c_H."""
+    if recipe.entropy_target is None:
+        return None
+    return AdaptiveEntropy(
+        coef=recipe.entropy_coef,
+        target=recipe.entropy_target,
+        delta=recipe.entropy_coef_delta,
+        coef_min=recipe.entropy_coef_min,
+        coef_max=recipe.entropy_coef_max,
+    )

@@ -3,6 +3,8 @@ recipe's regularizers. Linear in the rows, so micro-batch losses sum to the batc
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from rlvr.algo.aggregation import aggregate
@@ -31,13 +33,15 @@ def policy_loss(
     sampler_logprobs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     nll_weights: torch.Tensor | None = None,
+    entropy_coef: float | None = None,
 ) -> tuple[torch.Tensor, StepStats]:
     """L = Σ w·ℓ(ρ, Â) [·TIS] + β·Σ w·k + μ·Σ w_nll·(−logπ) − c_H·Σ w·H, all (N, T) inputs.
 
     The composition layer: it picks the recipe's ratio, surrogate and KL estimator and
     applies them with the aggregation weights it is *given* (computed from global counts
     by `step_weights`); no term can change the aggregation. Every term it calls is a pure
-    function of tensors and scalars.
+    function of tensors and scalars. `entropy_coef`: this step's c_H when the caller holds
+    an adaptive controller (rlvr/algo/entropy_control.py); None: the recipe's.
     """
     ratio, out, per_token = _policy_terms(
         recipe, logprobs, old_logprobs, advantages, response_mask, sampler_logprobs, entropy
@@ -54,10 +58,11 @@ def policy_loss(
         kl = aggregate(per_token_kl, loss_weights)
         loss = loss + recipe.kl_coef * kl
         stats.add("loss/kl", kl.detach())
-    if recipe.entropy_coef and entropy is not None:
+    entropy_coef = recipe.entropy_coef if entropy_coef is None else entropy_coef
+    if entropy_coef and entropy is not None:
         # With an entropy quantile the bonus acts on the same tokens as the policy term (TRL).
         ent = aggregate(entropy, loss_weights * _entropy_selection(recipe, entropy, response_mask))
-        loss = loss - recipe.entropy_coef * ent
+        loss = loss - entropy_coef * ent
         stats.add("loss/entropy", ent.detach())
     if recipe.nll_coef and nll_weights is not None:
         nll = aggregate(-logprobs, nll_weights)
@@ -115,7 +120,9 @@ def _policy_terms(
     """The recipe's ratio ρ, its surrogate's output and the per-token policy loss
     ℓ(ρ, Â)·TIS·E (TIS only with a cap and sampler log-probs; E the top-entropy tokens)."""
     ratio_choice = RATIOS.get(recipe.ratio)
-    ratio = ratio_choice.fn(logprobs, old_logprobs, response_mask)
+    ratio = ratio_choice.fn(
+        logprobs, _anchor(recipe, old_logprobs, sampler_logprobs), response_mask
+    )
     surrogate = SURROGATES.get(recipe.surrogate)
     extra = {"response_mask": response_mask} if surrogate.needs_mask else {}
     out = surrogate.fn(ratio, advantages, logprobs, recipe.params, **extra)
@@ -126,6 +133,21 @@ def _policy_terms(
     if correction is not None:
         per_token = per_token * correction
     return ratio, out, per_token
+
+
+def _anchor(recipe: Recipe, old_logprobs, sampler_logprobs) -> torch.Tensor:
+    """The ratio's denominator: π_old, or the sampler's log-probs where the recipe anchors
+    there (DPPO as TRL); without them it falls back to π_old, with a warning."""
+    if recipe.ratio_anchor != "sampler":
+        return old_logprobs
+    if sampler_logprobs is None:
+        warnings.warn(
+            "dppo_anchor='sampler' but no sampler log-probs were given: the trust region is "
+            "measured against π_old (set dppo_anchor='old' to silence this)",
+            stacklevel=4,
+        )
+        return old_logprobs
+    return sampler_logprobs
 
 
 def _rollout_correction(recipe, logprobs, old_logprobs, advantages, response_mask, sampler):

@@ -88,7 +88,18 @@ class Recipe:
     kl: str | None = _doc(f"KL estimator to the reference: {_names(KL_ESTIMATORS)}; None", None)
     kl_coef: float = _doc("KL coefficient β", 0.0)
     kl_in_reward: bool = _doc("KL enters the token rewards instead of the loss", False)
-    entropy_coef: float = _doc("entropy bonus coefficient", 0.0)
+    entropy_coef: float = _doc(
+        "entropy bonus coefficient c_H (with entropy_target: its starting value c_0)", 0.0
+    )
+    entropy_target: float | None = _doc(
+        "adaptive entropy (Skywork-OR1; TRL use_adaptive_entropy): target H of the mean "
+        "per-token entropy; the bonus acts only while the last step's entropy is ≤ H and "
+        "c_H moves by entropy_coef_delta toward holding it; None: the static entropy_coef",
+        None,
+    )
+    entropy_coef_delta: float = _doc("step δ of the adaptive c_H (entropy_target)", 0.005)
+    entropy_coef_min: float = _doc("lower bound of the adaptive c_H (entropy_target)", 0.0)
+    entropy_coef_max: float = _doc("upper bound of the adaptive c_H (entropy_target)", 1.0)
     value_clip: float | None = _doc("value clipping range around V_old; None: off", 0.2)
     value_pretrain_steps: int = _doc("critic-only steps before policy updates (VAPO)", 0)
     nll_coef: float = _doc("weight μ of the NLL loss on correct responses (VAPO)", 0.0)
@@ -130,6 +141,11 @@ class Recipe:
     clip_cov_ub: float = _doc("Clip-Cov candidates have lb < Cov < ub: the ub (clip_cov)", 5.0)
     kl_cov_coef: float = _doc("coefficient of |logπ − logπ_old| on KL-Cov's tokens (kl_cov)", 1.0)
     is_cap: float = _doc("cap C of DPPO's detached IS weight min(ρ, C) (dppo_tv)", 20.0)
+    dppo_anchor: str = _doc(
+        "what DPPO's mask and IS weight measure π against (dppo_tv): 'sampler', the rollout "
+        "engine's log-probs (the paper, TRL), or 'old', π_old (the trainer's recomputation)",
+        "sampler",
+    )
     top_entropy_quantile: float = _doc(
         "ρ: only the top-ρ fraction of valid tokens by entropy keep a policy gradient (the "
         "80/20 rule: 0.2); 1.0: every token",
@@ -174,6 +190,7 @@ class Recipe:
         _check_teacher(self)
         _check_correction(self)
         _check_surrogate_fields(self)
+        _check_entropy(self)
         if self.dynamic_sampling_key not in SAMPLING_KEYS:
             raise ValueError(
                 f"dynamic_sampling_key must be one of {', '.join(SAMPLING_KEYS)}, got "
@@ -219,6 +236,12 @@ class Recipe:
             return f"{level}_tis", None, self.tis_cap
         return self.rollout_correction, self.rc_lower, self.rc_upper
 
+    @property
+    def ratio_anchor(self) -> str:
+        """What the ratio's denominator is: 'old' (π_old) or 'sampler' (the rollout engine's
+        log-probs: DPPO as the paper and TRL measure it)."""
+        return self.dppo_anchor if self.surrogate == "dppo_tv" else "old"
+
 
 def _check_ranges(recipe: Recipe) -> None:
     """Numeric fields outside the range their formula admits are rejected by name."""
@@ -232,6 +255,10 @@ def _check_ranges(recipe: Recipe) -> None:
         "value_pretrain_steps": recipe.value_pretrain_steps >= 0,
         "nll_coef": recipe.nll_coef >= 0.0,
         "entropy_coef": recipe.entropy_coef >= 0.0,
+        "entropy_target": recipe.entropy_target is None or recipe.entropy_target >= 0.0,
+        "entropy_coef_delta": recipe.entropy_coef_delta >= 0.0,
+        "entropy_coef_min": recipe.entropy_coef_min >= 0.0,
+        "entropy_coef_max": recipe.entropy_coef_max >= recipe.entropy_coef_min,
         "teacher_kl_coef": recipe.teacher_kl_coef >= 0.0,
         "teacher_weight": recipe.teacher_weight > 0.0,
         "sapo_tau_pos": recipe.sapo_tau_pos > 0.0,
@@ -252,6 +279,10 @@ def _check_ranges(recipe: Recipe) -> None:
         "value_pretrain_steps": "≥ 0",
         "nll_coef": "≥ 0",
         "entropy_coef": "≥ 0",
+        "entropy_target": "≥ 0 or None",
+        "entropy_coef_delta": "≥ 0",
+        "entropy_coef_min": "≥ 0",
+        "entropy_coef_max": "≥ entropy_coef_min",
         "teacher_kl_coef": "≥ 0",
         "teacher_weight": "> 0",
         "sapo_tau_pos": "> 0",
@@ -334,6 +365,7 @@ _SURROGATE_FIELDS = {
     "clip_cov_ub": ("clip_cov",),
     "kl_cov_coef": ("kl_cov",),
     "is_cap": ("dppo_tv",),
+    "dppo_anchor": ("dppo_tv",),
 }
 
 
@@ -357,6 +389,41 @@ def _check_surrogate_fields(recipe: Recipe) -> None:
         raise ValueError(
             "kl_ratio_correction=True weighs a KL in the loss by π/π_old; it needs kl set, "
             "kl_coef > 0 and kl_in_reward=False"
+        )
+
+
+def _check_entropy(recipe: Recipe) -> None:
+    """Adaptive entropy settings can take effect; DPPO's anchor is a valid one and is not
+    corrected twice."""
+    adaptive = ("entropy_coef_delta", "entropy_coef_min", "entropy_coef_max")
+    defaults = {f.name: f.default for f in fields(Recipe)}
+    if recipe.entropy_target is None:
+        moved = [
+            f"{n}={getattr(recipe, n)!r}" for n in adaptive if getattr(recipe, n) != defaults[n]
+        ]
+        if moved:
+            raise ValueError(
+                f"{', '.join(moved)} steer the adaptive entropy coefficient, which is off "
+                "(entropy_target=None); set entropy_target (e.g. 0.2) or remove them"
+            )
+    elif not recipe.entropy_coef_min <= recipe.entropy_coef <= recipe.entropy_coef_max:
+        raise ValueError(
+            f"entropy_coef={recipe.entropy_coef!r} is the adaptive coefficient's start and "
+            f"must lie in [entropy_coef_min, entropy_coef_max] = [{recipe.entropy_coef_min!r}, "
+            f"{recipe.entropy_coef_max!r}]"
+        )
+    elif recipe.entropy_coef_max == 0.0:
+        raise ValueError(
+            f"entropy_target={recipe.entropy_target!r} with entropy_coef_max=0 can never "
+            "apply a bonus; raise entropy_coef_max (TRL's default: 1.0)"
+        )
+    if recipe.dppo_anchor not in ("old", "sampler"):
+        raise ValueError(f"dppo_anchor must be 'old' or 'sampler', got {recipe.dppo_anchor!r}")
+    if recipe.ratio_anchor == "sampler" and recipe.correction[0] is not None:
+        raise ValueError(
+            f"dppo_anchor='sampler' already weighs by π/π_sampler; a rollout correction "
+            f"({recipe.correction[0]}) would weigh by π_old/π_sampler once more: remove it "
+            "or set dppo_anchor='old'"
         )
 
 

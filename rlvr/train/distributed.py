@@ -81,10 +81,12 @@ class DataParallelTrainer(Trainer):
             # Every rank draws the same minibatch split from its own generator; a resumed
             # rank 0's is restored, the followers' must follow it.
             "minibatch_rng": self.minibatch_generator.get_state(),
+            "entropy_control": self.entropy_control,  # a resumed rank 0's adaptive c_H
         }
 
     def _load_training_state(self, state: dict[str, Any]) -> None:
         self.minibatch_generator.set_state(state["minibatch_rng"])
+        self.entropy_control = state["entropy_control"]
         self.model.load_state_dict(state["model"])
         self.engine.sync_weights()
         if self.critic is not None:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from rlvr.algo import PreparedBatch, prepare_batch
+from rlvr.algo.entropy_control import adaptive_entropy
 from rlvr.algo.gae import gae
 from rlvr.algo.token_advantages import outcome_token_rewards
 from rlvr.eval import evaluate_policy
@@ -78,6 +79,7 @@ class Trainer:
         self.sync_probe = make_sync_probe(cfg, self.task, self.tokenizer, self.model)
         probe_tolerance(self.sync_probe, cfg)  # bf16 on either side: bf16's noise floor
         self.optimizer = self._policy_optimizer()
+        self.entropy_control = adaptive_entropy(self.recipe)  # None: a static entropy_coef
         self.reference = self._frozen_copy() if self.recipe.needs_reference else None
         self.teacher = (
             load_teacher(cfg, self.tokenizer, teacher_problems, self._frozen_student, self.model)
@@ -239,6 +241,7 @@ class Trainer:
         if prepared is None or not prepared.keep.any():  # e.g. every group had zero reward variance
             return metrics
         metrics["train/update_skipped"] = 0.0
+        coef = None if self.entropy_control is None else self.entropy_control.applied_coef()
         metrics.update(
             policy_update(
                 self.model,
@@ -249,8 +252,12 @@ class Trainer:
                 self.settings,
                 self.minibatch_generator,
                 self.data_parallel,
+                entropy_coef=coef,
             )
         )
+        if coef is not None:  # adaptive entropy: c_{k+1} from the H_k that is logged
+            metrics["loss/entropy_coef"] = coef
+            self.entropy_control = self.entropy_control.update(metrics["policy/entropy"])
         self.engine.sync_weights()
         metrics.update(self._probe_sync(f"after the weight sync of step {self.step + 1}"))
         if self.critic is not None:
@@ -408,6 +415,7 @@ class Trainer:
         """Everything besides the weights that the next step depends on: `step` counts the
         completed steps. Optimizers and LR schedulers are found by type, generators by
         `rng_state`, so ones added later are saved too."""
+        control = self.entropy_control  # adaptive entropy: c_k and H_{k−1}
         return {
             "step": self.step,
             "optimizers": self._optimizer_states(),
@@ -415,6 +423,7 @@ class Trainer:
             "rng": rng_state(self),
             "last_eval_items": getattr(self, "last_eval_items", None),
             "config": self.cfg.to_dict(),
+            "entropy_control": None if control is None else control.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -425,6 +434,8 @@ class Trainer:
         load_rng_state(self, state["rng"])
         if state.get("last_eval_items") is not None:
             self.last_eval_items = state["last_eval_items"]
+        if self.entropy_control is not None:
+            self.entropy_control = self.entropy_control.with_state(state["entropy_control"])
 
     def _optimizer_states(self) -> dict[str, Any]:
         """The state dicts of the optimizers and LR schedulers, by attribute name."""

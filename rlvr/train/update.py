@@ -66,6 +66,7 @@ def skippable_rows(recipe: Recipe, advantages: torch.Tensor) -> torch.Tensor:
     if (
         (recipe.needs_reference and not recipe.kl_in_reward)
         or recipe.entropy_coef
+        or recipe.entropy_target is not None  # adaptive: the bonus and its measured H
         or recipe.nll_coef
     ):
         return torch.zeros(advantages.shape[0], dtype=torch.bool)
@@ -81,9 +82,11 @@ def policy_update(
     settings: UpdateSettings,
     generator: torch.Generator | None = None,
     data_parallel: DataParallel | None = None,
+    entropy_coef: float | None = None,
 ) -> dict[str, float]:
     """All optimizer steps of one rollout batch; returns the step's loss/clip/time metrics.
     `generator` reshuffles the minibatches of every epoch (None: the same fixed order).
+    `entropy_coef`: the adaptive controller's c_H for this step (None: the recipe's).
     `data_parallel`: this rank computes its share of every step's prompt groups, and the
     gradients (whose weights are global) are summed over ranks (rlvr/train/distributed.py)."""
     start = time.perf_counter()
@@ -91,6 +94,7 @@ def policy_update(
     skip = skippable_rows(recipe, prepared.advantages)
     computed_rows = optimizer_steps = nonfinite = 0
     worst = None  # the largest |log π_old − log π_sampler| the loss saw
+    coef = recipe.entropy_coef if entropy_coef is None else entropy_coef
     for _ in range(settings.ppo_epochs):
         minibatches = minibatch_rows(
             rollout.group_ids, prepared.keep, settings.num_minibatches, generator
@@ -109,7 +113,7 @@ def policy_update(
             active = rollout.by_length((mine & ~skip).nonzero().squeeze(-1))
             for micro in torch.split(active, settings.micro_batch_size) if len(active) else ():
                 micro_stats = _micro_step(
-                    model, recipe, rollout, prepared, weights, nll_weights, micro, settings
+                    model, recipe, rollout, prepared, weights, nll_weights, micro, settings, coef
                 )
                 # A maximum, not a sum (rlvr/algo/loss.py): kept aside from the merge.
                 if MISMATCH_MAX in micro_stats.sums:
@@ -149,8 +153,11 @@ def policy_update(
     return metrics
 
 
-def _micro_step(model, recipe, rollout, prepared, weights, nll_weights, micro, settings):
-    entropy_needed = settings.log_entropy or recipe.entropy_coef > 0
+def _micro_step(
+    model, recipe, rollout, prepared, weights, nll_weights, micro, settings, entropy_coef
+):
+    # An adaptive bonus needs the measured entropy even in steps where it is off.
+    entropy_needed = settings.log_entropy or recipe.entropy_target is not None or entropy_coef > 0
     # The forward under autocast; log-probs come out float32, so the loss is float32 and
     # the backward (outside autocast) runs each product in its forward's dtype.
     with autocast(settings.precision, model_device(model)):
@@ -163,7 +170,7 @@ def _micro_step(model, recipe, rollout, prepared, weights, nll_weights, micro, s
             settings.temperature,
             fp32_head=recipe.fp32_head,
             return_entropy=entropy_needed,
-            entropy_grad=recipe.entropy_coef > 0,
+            entropy_grad=entropy_coef > 0,
         )
     logprobs, entropy = out if entropy_needed else (out, None)
     mask = prepared.response_mask[micro]
@@ -181,6 +188,7 @@ def _micro_step(model, recipe, rollout, prepared, weights, nll_weights, micro, s
         sampler_logprobs=rollout.sampler_logprobs[micro],
         entropy=entropy,
         nll_weights=pick(nll_weights),
+        entropy_coef=entropy_coef,
     )
     loss.backward()
     if entropy is not None:

@@ -13,6 +13,8 @@ as GRPO's), several seeds. Where a convention differs the test shows the mapping
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from algo_testlib import F64, mask_of
@@ -48,7 +50,9 @@ def batch(seed: int, spread: float = 0.3, adv_scale: float = 1.0, dtype=F64):
     return logprobs, old.clamp(max=0.0), ref.clamp(max=0.0), advantages, mask, per_response, entropy
 
 
-def rlvr_loss(name, logprobs, old, advantages, mask, ref=None, entropy=None, **overrides):
+def rlvr_loss(
+    name, logprobs, old, advantages, mask, ref=None, entropy=None, sampler=None, **overrides
+):
     """rlvr's loss L and ∂L/∂logπ for the named recipe on one whole batch."""
     recipe = get_recipe(name, **overrides)
     group_ids = torch.arange(mask.shape[0])
@@ -62,6 +66,7 @@ def rlvr_loss(name, logprobs, old, advantages, mask, ref=None, entropy=None, **o
         loss_weights=weights,
         response_mask=mask,
         ref_logprobs=ref,
+        sampler_logprobs=sampler,
         entropy=entropy,
     )
     loss.backward()
@@ -219,18 +224,62 @@ def test_kl_cov_equals_verl(seed, cov_ratio):
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("spread", [0.2, 1.0])
 def test_dppo_binary_tv_equals_trl(seed, spread):
-    # TRL anchors to the sampler's log-probs; rlvr to π_old: fed the same tensor as both.
-    logprobs, old, _, adv, mask, _, _ = batch(seed, spread=spread)
-    ours = rlvr_loss("dppo", logprobs, old, adv, mask)
+    # On-policy (π_old = π) with a sampler that differs: the batch's "old" is the sampler's
+    # log-probs μ, which the recipe's default dppo_anchor='sampler' measures π against, as TRL.
+    logprobs, sampler, _, adv, mask, _, _ = batch(seed, spread=spread)
+    ours = rlvr_loss("dppo", logprobs, logprobs.detach(), adv, mask, sampler=sampler)
+    t = peer_loss(lambda lp: trl.dppo_binary_tv_loss(lp, sampler, adv, mask, mask.sum()), logprobs)
+    assert_same(ours, t, mask)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_dppo_anchor_old_equals_trl_fed_pi_old(seed):
+    # dppo_anchor='old': the same loss with π_old in μ's place; the sampler is not read.
+    logprobs, old, _, adv, mask, _, _ = batch(seed, spread=1.0)
+    ours = rlvr_loss("dppo", logprobs, old, adv, mask, sampler=old + 5.0, dppo_anchor="old")
     t = peer_loss(lambda lp: trl.dppo_binary_tv_loss(lp, old, adv, mask, mask.sum()), logprobs)
     assert_same(ours, t, mask)
 
 
-def test_dppo_mask_acts_at_large_spread():
-    logprobs, old, _, adv, mask, _, _ = batch(0, spread=1.0)
-    grad = rlvr_loss("dppo", logprobs, old, adv, mask)[1]
+def test_dppo_mask_acts_on_policy_only_when_anchored_on_the_sampler():
+    logprobs, sampler, _, adv, mask, _, _ = batch(0, spread=1.0)
+    on_policy = logprobs.detach()  # π_old = π: one optimizer step per batch
     active = (adv != 0) & (mask > 0)
-    assert (grad[active] == 0).any() and (grad[active] != 0).any()
+    anchored = rlvr_loss("dppo", logprobs, on_policy, adv, mask, sampler=sampler)[1]
+    assert (anchored[active] == 0).any() and (anchored[active] != 0).any()
+    # Against π_old the probability change is 0 on-policy: no token is masked, ρ = 1, so
+    # the gradient is plain importance sampling's −Â/|tokens| on every active token.
+    old = rlvr_loss("dppo", logprobs, on_policy, adv, mask, sampler=sampler, dppo_anchor="old")
+    reinforce = rlvr_loss("dppo", logprobs, on_policy, adv, mask, surrogate="reinforce")
+    torch.testing.assert_close(old[1], reinforce[1], rtol=0, atol=1e-15)
+    assert (old[1][active] != 0).all()
+
+
+def test_dppo_without_sampler_logprobs_warns_and_measures_against_pi_old():
+    logprobs, old, _, adv, mask, _, _ = batch(1, spread=1.0)
+    with pytest.warns(UserWarning, match="dppo_anchor='sampler' but no sampler log-probs"):
+        fallback = rlvr_loss("dppo", logprobs, old, adv, mask)
+    explicit = rlvr_loss("dppo", logprobs, old, adv, mask, dppo_anchor="old")
+    assert torch.equal(fallback[1], explicit[1])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"dppo_anchor": "behaviour"}, "dppo_anchor must be 'old' or 'sampler', got 'behaviour'"),
+        (
+            {"rollout_correction": "token_tis"},
+            "dppo_anchor='sampler' already weighs by π/π_sampler",
+        ),
+        ({"tis_cap": 2.0}, "a rollout correction (token_tis)"),
+    ],
+)
+def test_dppo_anchor_settings_are_checked(overrides, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        get_recipe("dppo", **overrides)
+    with pytest.raises(ValueError, match="dppo_anchor='old' is read only by surrogate dppo_tv"):
+        get_recipe("grpo", dppo_anchor="old")
+    get_recipe("dppo", dppo_anchor="old", rollout_correction="token_tis")  # π_old/μ once
 
 
 # ------------------------------------------------------------------ KL variants
@@ -281,7 +330,9 @@ def test_top_entropy_mask_equals_trl(seed, quantile):
     valid = int(mask.sum())
     if quantile == 0.0:
         assert int(ours.sum()) == 1
-    if quantile == 0.2:  # the top 7 of the 35 valid tokens: rank > 0.8·34 = 27.2 (distinct entropies)
+    if (
+        quantile == 0.2
+    ):  # the top 7 of the 35 valid tokens: rank > 0.8·34 = 27.2 (distinct entropies)
         assert valid == 35 and int(ours.sum()) == 7
 
 
