@@ -10,48 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlvr.algo.recipes import RECIPES, clip_band, recipe_fields
-
-RECIPE_COLUMNS = ("advantage", "ratio", "surrogate", "clip", "aggregation", "kl", "selection")
-
-
-def _recipe_row(recipe) -> dict[str, str]:
-    clip = clip_band(recipe)
-    kl = "—"
-    if recipe.kl:
-        kl = f"{recipe.kl} β={recipe.kl_coef:g} " + (
-            "in reward" if recipe.kl_in_reward else "in loss"
-        )
-    flags = {
-        "dynamic sampling": recipe.dynamic_sampling,
-        "soft overlong": recipe.overlong_penalty,
-        "overlong filter": recipe.overlong_filter,
-        "zero-adv skip": recipe.zero_adv_skip,
-        "zero-var filter": recipe.zero_variance_filter,
-        f"retire ≥{recipe.retire_threshold}": recipe.retire_threshold is not None,
-        "FP32 head": recipe.fp32_head,
-        "critic": recipe.needs_critic,
-        f"NLL μ={recipe.nll_coef:g}": recipe.nll_coef > 0,
-    }
-    return {
-        "recipe": recipe.name,
-        "advantage": recipe.advantage + _teacher_term(recipe),
-        "ratio": recipe.ratio,
-        "surrogate": recipe.surrogate,
-        "clip": clip,
-        "aggregation": recipe.aggregation,
-        "kl": kl,
-        "selection": ", ".join(k for k, on in flags.items() if on) or "—",
-        "source": recipe.source,
-    }
-
-
-def _teacher_term(recipe) -> str:
-    """' + teacher β=…' when the recipe adds a teacher's term (λ shown when not 1)."""
-    if not recipe.teacher_kl_coef:
-        return ""
-    weight = f" λ={recipe.teacher_weight:g}" if recipe.teacher_weight != 1.0 else ""
-    return f" + teacher β={recipe.teacher_kl_coef:g}{weight}"
+from rlvr.algo.recipes import RECIPES, recipe_fields
+from rlvr.recipe_table import RECIPE_COLUMNS, recipe_row
 
 
 def format_table(rows: list[dict[str, str]], columns: Sequence[str]) -> str:
@@ -64,7 +24,7 @@ def format_table(rows: list[dict[str, str]], columns: Sequence[str]) -> str:
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:
-    rows = [_recipe_row(r) for r in RECIPES.values()]
+    rows = [recipe_row(r) for r in RECIPES.values()]
     if args.json:
         print(json.dumps(rows, indent=2, ensure_ascii=False))
         return 0
