@@ -9,6 +9,8 @@ from rlvr.tasks.arithmetic import ArithmeticTask
 from rlvr.tasks.base import Task
 from rlvr.tasks.calculator import CalculatorTask
 from rlvr.tasks.countdown import CountdownTask
+from rlvr.tasks.guess_number import GuessNumberTask
+from rlvr.tasks.lookup import LookupTask
 from rlvr.tasks.math_data import DATA_TASKS
 from rlvr.tasks.worked import WorkedArithmeticTask
 
@@ -16,6 +18,8 @@ TASKS: dict[str, type[Task]] = {
     ArithmeticTask.name: ArithmeticTask,
     CountdownTask.name: CountdownTask,
     CalculatorTask.name: CalculatorTask,
+    LookupTask.name: LookupTask,
+    GuessNumberTask.name: GuessNumberTask,
     WorkedArithmeticTask.name: WorkedArithmeticTask,
     **DATA_TASKS,
 }

@@ -10,6 +10,8 @@ def test_registry_contents():
         "arithmetic",
         "countdown",
         "calculator",
+        "lookup",
+        "guess_number",
         "worked",
         "dataset",
         "gsm8k",

@@ -15,6 +15,8 @@ from rlvr.tasks import (
 )
 from rlvr.tasks.calculator import CalculatorTask
 from rlvr.tasks.countdown import parse_prompt
+from rlvr.tasks.guess_number import GuessNumberTask
+from rlvr.tasks.lookup import LookupTask
 from rlvr.tasks.worked import WorkedArithmeticTask
 
 SETTINGS = [
@@ -27,6 +29,10 @@ SETTINGS = [
     (CountdownTask, {"num_count": 4, "max_number": 10}),
     (CalculatorTask, {}),
     (CalculatorTask, {"tools": False, "digits": 3}),
+    (LookupTask, {}),
+    (LookupTask, {"hops": 1, "tools": False}),
+    (GuessNumberTask, {}),
+    (GuessNumberTask, {"high": 40, "max_guesses": 6}),
     (WorkedArithmeticTask, {"wrong_frac": 0.0}),  # wrong targets are tested in their file
     (WorkedArithmeticTask, {"min_terms": 2, "max_terms": 5, "short_frac": 0.0, "wrong_frac": 0}),
 ]
@@ -173,6 +179,14 @@ def _countdown_key(problem):
     return (tuple(sorted(numbers)), target)
 
 
+def _lookup_key(problem):
+    return re.fullmatch(r"Q: (?:parent of )+([a-z]{4})\? A:", problem.prompt).group(1)
+
+
+def _game_key(problem):  # the game's number; its secret is not in the prompt
+    return re.fullmatch(r"Q: game ([0-9]{4}), 1-[0-9]+\? A:", problem.prompt).group(1)
+
+
 def _worked_key(problem):
     # The multiset of signed products: 3+4*2-5, 2*4+3-5 and 3-5+4*2 are one problem.
     expression = re.fullmatch(r"Q: (.*)=\? A:", problem.prompt).group(1)
@@ -192,6 +206,8 @@ LEAK_SETTINGS = {
     "countdown": (_countdown_key, [{}, {"num_count": 4, "max_number": 10}]),
     "calculator": (_arithmetic_key, [{}, {"tools": False}, {"digits": 3}]),
     "worked": (_worked_key, [{}, {"min_terms": 3, "max_terms": 5, "max_number": 5}]),
+    "lookup": (_lookup_key, [{}, {"hops": 1}, {"tools": False}]),
+    "guess_number": (_game_key, [{}, {"high": 40}]),
 }
 
 
