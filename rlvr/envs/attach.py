@@ -23,6 +23,7 @@ from rlvr.checks import is_number, resolve_callable
 from rlvr.envs.base import Environment
 from rlvr.envs.budgets import EpisodeBudgets
 from rlvr.envs.chat_tools import ChatToolEnvironment, tool_call_format
+from rlvr.envs.isolated import isolate
 from rlvr.envs.tools import ToolEnvironment, tool_schema
 
 
@@ -150,6 +151,9 @@ def attach_environment(
     task.episode_budgets = EpisodeBudgets.from_dict({**base, **(episode or {})})
     if factory is not None:
         task.environment = lambda problem: factory()
+    budgets = task.episode_budgets
+    if budgets.env_isolation == "process" and build and not hasattr(task.environment, "isolated"):
+        task.environment = isolate(task.environment, budgets.env_timeout_s, budgets.env_memory_mb)
     if tools:
         _check_tool_limits(tools, task.episode_budgets)
     if tool_format != "tags" and build:

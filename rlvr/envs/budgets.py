@@ -6,11 +6,17 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from rlvr.checks import check_field_types
+from rlvr.envs.isolated import isolation_problem
 
 ENV_ERRORS = ("drop", "keep", "stop")
 """What an environment failure (its `step` raised or ran past `env_timeout_s`) costs:
 "drop" leaves the prompt group out of the update, "keep" trains on the episode as it ended
 (scored by the verifier), "stop" ends the run. The sample is flagged and counted always."""
+
+ENV_ISOLATION = ("none", "process")
+"""Where an environment runs: "none" in the trainer's process (a time limit by alarm),
+"process" in a worker process per episode (`rlvr.envs.isolated`): a crash, `os._exit`, a
+blocked alarm or (with `env_memory_mb`) a memory bomb then costs the sample, not the run."""
 
 ENDINGS = ("answer", "env", "max_turns", "max_tool_calls", "budget", "env_failed")
 """Why an episode ended: the policy answered (EOS), the environment said done, the turn or
@@ -37,6 +43,11 @@ class EpisodeBudgets:
     """Time limit of one `Environment.step` call (0: none)."""
     env_errors: str = "drop"
     """What an environment failure costs: one of `ENV_ERRORS`."""
+    env_isolation: str = "none"
+    """Where the environment runs: one of `ENV_ISOLATION`."""
+    env_memory_mb: int | None = None
+    """With `env_isolation: process`: MiB of address space the worker may add to the
+    trainer's it was forked from (RLIMIT_AS, Linux); None: no limit."""
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -55,6 +66,26 @@ class EpisodeBudgets:
             raise ValueError(
                 f"episode.env_errors must be one of {', '.join(ENV_ERRORS)}, got {self.env_errors!r}"
             )
+        self._check_isolation()
+
+    def _check_isolation(self) -> None:
+        if self.env_isolation not in ENV_ISOLATION:
+            raise ValueError(
+                f"episode.env_isolation must be one of {', '.join(ENV_ISOLATION)}, got "
+                f"{self.env_isolation!r}"
+            )
+        if self.env_memory_mb is not None and self.env_isolation != "process":
+            raise ValueError(
+                f"episode.env_memory_mb={self.env_memory_mb!r} limits an isolated "
+                f"environment's worker; set episode.env_isolation: process"
+            )
+        if self.env_memory_mb is not None and self.env_memory_mb < 1:
+            raise ValueError(
+                f"episode.env_memory_mb must be ≥ 1 or null, got {self.env_memory_mb!r}"
+            )
+        problem = isolation_problem(self.env_memory_mb) if self.env_isolation == "process" else None
+        if problem:
+            raise ValueError(f"episode.env_isolation: process cannot take effect here: {problem}")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any] | None) -> EpisodeBudgets:

@@ -32,6 +32,7 @@ from rlvr.checks import is_number
 from rlvr.envs.base import Environment, Reply
 from rlvr.envs.budgets import EpisodeBudgets
 from rlvr.envs.chat_tools import ChatFrame
+from rlvr.envs.isolated import IsolatedEnvironment
 from rlvr.rollout.base import Generation, RolloutEngine, SamplingParams, encode_prompts
 from rlvr.rollout.kv_session import open_session
 from rlvr.rollout.stops import stop_end
@@ -117,9 +118,12 @@ def run_episodes(
         row_of = {id(e): r for r, e in zip(rows, live, strict=True)}
         for row, episode in zip(rows, live, strict=True):
             _take_turn(episode, gen, row, tokenizer, params, budgets, frame)
+            if episode.done:
+                _close(episode.env)
     for episode in episodes:
         if not episode.done:
             episode.done, episode.record.ended_by = True, "max_turns"
+        _close(episode.env)
     return _package(episodes, prompts, group, tokenizer)
 
 
@@ -140,6 +144,12 @@ def _start(prompt, environments, i: int, timeout_s: float) -> _Episode:
     if episode.env_failed_to_start:
         episode.done, episode.record.ended_by = True, "env_failed"
     return episode
+
+
+def _close(env: Environment | None) -> None:
+    """An isolated environment's worker process ends with its episode."""
+    if isinstance(env, IsolatedEnvironment):
+        env.close()
 
 
 def _mode() -> str:
