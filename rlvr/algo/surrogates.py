@@ -158,9 +158,10 @@ def dppo_tv(
     """DPPO-Binary-TV (Qi 2026, arXiv 2602.04879): ℓ = −M·sg(min(ρ, C))·Â·logπ.
 
     A binary trust-region mask on the sampled token's probability change instead of a
-    ratio clip: M = 0 where Â > 0 and π − π_old > δ_high, or Â ≤ 0 and π_old − π > δ_low
+    ratio clip: M = 0 where Â > 0 and π − μ > δ_high, or Â ≤ 0 and μ − π > δ_low
     (δ = clip_low / clip_high, 0.15 in the paper; C = is_cap, 20). Inside, every token keeps
-    CISPO's gradient −w·Â. The paper anchors π_old to the sampler (see docs/conventions.md).
+    CISPO's gradient −w·Â. μ is the ratio's denominator: the sampler's probability under the
+    recipe's `dppo_anchor: sampler` (the paper, TRL), π_old under `old` (docs/conventions.md).
     """
     prob = logprobs.detach().exp()
     old_prob = (logprobs.detach() - torch.log(ratio.detach())).exp()
