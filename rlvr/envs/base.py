@@ -38,6 +38,9 @@ class Reply:
     """A per-turn part of the reward, reported (`env/turn_reward`) and not trained on: the
     reward of an episode is the outcome reward of its whole trajectory (the task's
     verifier or `reward_funcs`); a reward function can read these parts if it wants them."""
+    call: str | None = None
+    """The tool call as the environment read it (e.g. `<calc>12*7</calc>`), kept per turn
+    for the completions table (`EpisodeRecord.calls`); None when the turn made none."""
 
 
 class Environment(ABC):

@@ -32,7 +32,7 @@ import re
 import time
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rlvr.envs.base import Environment, Reply
@@ -138,15 +138,15 @@ class ChatToolEnvironment(Environment):
         try:
             call = self.format.parse(body.strip())
         except MalformedCall as error:
-            return _invalid(str(error))
+            return _invalid(str(error), body.strip())
         fn = self.tools.get(call.name)
         if fn is None:
-            return _invalid(f"no tool {call.name!r}; tools: {', '.join(self.tools)}")
+            return _invalid(f"no tool {call.name!r}; tools: {', '.join(self.tools)}", body.strip())
         try:
             arguments = _bound(fn, call.arguments)
         except (TypeError, ValueError) as error:
-            return _invalid(f"{call.name}: {error}")
-        return self._run(call.name, fn, arguments)
+            return _invalid(f"{call.name}: {error}", body.strip())
+        return replace(self._run(call.name, fn, arguments), call=body.strip())
 
     def _run(self, name: str, fn: Callable[..., Any], arguments: dict[str, Any]) -> Reply:
         limit = self.timeout_s[name] if isinstance(self.timeout_s, dict) else self.timeout_s
@@ -165,8 +165,8 @@ class ChatToolEnvironment(Environment):
         return Reply(result, tool_call=True)
 
 
-def _invalid(reason: str) -> Reply:
-    return Reply(f"error: {reason}", invalid_call=True)
+def _invalid(reason: str, call: str | None = None) -> Reply:
+    return Reply(f"error: {reason}", invalid_call=True, call=call)
 
 
 def _bound(fn: Callable[..., Any], arguments: dict[str, Any]) -> dict[str, Any]:

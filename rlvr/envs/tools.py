@@ -107,6 +107,7 @@ class ToolEnvironment(Environment):
         if opening < 0:
             return Reply(self._wrap(f"error: </{name}> without <{name}>"), invalid_call=True)
         argument = turn[opening + len(name) + 2 : -(len(name) + 3)]
+        call = turn[opening:]
         started = time.perf_counter()
         try:
             result = call_tool(self.tools[name], argument, self.timeout_s)
@@ -114,11 +115,11 @@ class ToolEnvironment(Environment):
             if time.perf_counter() - started < self.timeout_s:
                 raise  # the episode's own limit (env_timeout_s) ran out first: not the tool's
             text = f"error: {name} timed out after {self.timeout_s:g}s"
-            return Reply(self._wrap(text), tool_call=True, tool_error="timeout")
+            return Reply(self._wrap(text), tool_call=True, tool_error="timeout", call=call)
         except Exception as error:  # the tool's failure is an observation, not a crash
             text = f"error: {type(error).__name__}: {error}"
-            return Reply(self._wrap(text), tool_call=True, tool_error="error")
-        return Reply(self._wrap(result), tool_call=True)
+            return Reply(self._wrap(text), tool_call=True, tool_error="error", call=call)
+        return Reply(self._wrap(result), tool_call=True, call=call)
 
     def _wrap(self, result: str) -> str:
         return self.observation_format.format(result=result)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -54,6 +54,7 @@ class EpisodeRecord:
     turn_reward: float = 0.0  # the sum of the environment's per-turn reward parts
     env_failed: str | None = None  # why the environment itself failed, if it did
     ended_by: str = ""  # one of rlvr.envs.budgets.ENDINGS
+    calls: list[str | None] = field(default_factory=list)  # each answered turn's Reply.call
 
 
 @dataclass
@@ -208,6 +209,7 @@ def _take_turn(episode, gen, row, tokenizer, params, budgets, frame=None) -> Non
     if reply is None:
         episode.done, record.ended_by = True, "env_failed"
         return
+    record.calls.append(reply.call)
     record.tool_calls += reply.tool_call
     record.invalid_calls += reply.invalid_call
     record.tool_errors += reply.tool_error == "error"

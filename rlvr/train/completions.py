@@ -107,8 +107,9 @@ def _common_prefix(a: str, b: str) -> int:
 
 def turns(parts: list[dict[str, str]], record: Any) -> list[dict[str, Any]]:
     """A multi-turn episode's turns from its segments: a turn is the policy's text up to
-    an observation, and that observation. `tool_call` is None: the episode record does not
-    keep which turns were calls. The last turn's `ended` is why the episode ended."""
+    an observation, and that observation; `tool_call` is the call the environment read in
+    that turn (`EpisodeRecord.calls`, None when it made none). The last turn's `ended` is
+    why the episode ended."""
     out: list[dict[str, Any]] = []
     for part in parts:
         if part["kind"] == "observation":
@@ -119,6 +120,9 @@ def turns(parts: list[dict[str, str]], record: Any) -> list[dict[str, Any]]:
             if not out or out[-1]["observation"] is not None:
                 out.append(_turn(len(out), ""))
             out[-1]["policy"] += part["text"]
+    calls = getattr(record, "calls", [])
+    for turn in out:
+        turn["tool_call"] = calls[turn["turn"]] if turn["turn"] < len(calls) else None
     if out:
         out[-1]["ended"] = record.ended_by or None
     return out

@@ -94,6 +94,7 @@ def test_the_environment_runs_calls_and_answers_bad_ones_with_counted_errors():
     assert env.step("Let me add. " + call) == ChatToolEnvironment.step(env, call)
     reply = env.step(call)
     assert (reply.observation, reply.tool_call, reply.invalid_call) == ("42", True, False)
+    assert reply.call == '{"name": "add", "arguments": {"a": 2, "b": 40}}'  # as it was read
     assert env.step("The answer is \\boxed{42}").done  # no call: the answer
     invalid = {
         '<tool_call>{"name": add}</tool_call>': "error: the tool call is not valid JSON",

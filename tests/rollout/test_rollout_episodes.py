@@ -57,6 +57,7 @@ def test_a_tool_call_ends_the_turn_and_its_result_is_inserted_as_forced_context(
     record = gen.episodes[0]
     assert (record.turns, record.tool_calls, record.observation_tokens) == (2, 1, 3)
     assert record.ended_by == "answer" and record.env_failed is None and not gen.truncated[0]
+    assert record.calls == ["<calc>6*7</calc>"]  # the answered turn's call; the answer asks none
 
 
 def test_a_group_forks_after_its_prompt_and_live_episodes_decode_together():

@@ -91,6 +91,21 @@ def test_turns_pair_each_policy_text_with_the_observation_that_answers_it():
         (1, "cd", "[cd]", None),
         (2, "e", None, "max_turns"),
     ]
+    assert [t["tool_call"] for t in got] == [None, None, None]  # a record without calls
+
+
+def test_turns_carry_the_call_the_environment_read_in_each_turn():
+    parts = [
+        {"kind": "policy", "text": "x <calc>6*7</calc>"},
+        {"kind": "observation", "text": "=42"},
+        {"kind": "policy", "text": " done"},
+    ]
+    record = EpisodeRecord(turns=2, ended_by="answer", calls=["<calc>6*7</calc>"])
+    got = turns(parts, record)
+    assert [(t["policy"], t["tool_call"], t["observation"]) for t in got] == [
+        ("x <calc>6*7</calc>", "<calc>6*7</calc>", "=42"),
+        (" done", None, None),
+    ]
 
 
 def test_rows_are_whole_groups_in_batch_order_and_leave_the_training_rng_alone():
