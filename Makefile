@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
 	$(BIN)/pip install --quiet -e '.[test]'
+	# tinker-cookbook (the real client tests/service/test_service_cookbook_real.py runs) declares
+	# tml-renderers>=0.4.1, which the index lacks; its rl_loop imports only what .[test] has.
+	$(BIN)/pip install --quiet --no-deps tinker-cookbook==0.6.1
 	touch $(STAMP)
 
 # One torch thread: the same figure on any core count (README, "What make demo does").
