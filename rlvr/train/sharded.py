@@ -91,6 +91,7 @@ class ShardedTrainer(DataParallelTrainer):
             "critic": None if self.critic is None else self.critic.state_dict(),
             "optimizers": {k: v.state_dict() for k, v in self._replicated().items()},
             "minibatch_rng": self.minibatch_generator.get_state(),  # as under DDP
+            "entropy_control": self.entropy_control,  # as under DDP
             "resumed": self._pending_optimizer is not None,
         }
 
@@ -103,6 +104,7 @@ class ShardedTrainer(DataParallelTrainer):
         if main:
             return
         self.minibatch_generator.set_state(state["minibatch_rng"])
+        self.entropy_control = state["entropy_control"]
         if self.critic is not None:
             self.critic.load_state_dict(state["critic"])
         for key, value in state["optimizers"].items():

@@ -104,10 +104,14 @@ RESUMED = {"coef": 0.04, "last_entropy": 0.0}  # as if rank 0 had resumed: bonus
 
 
 def _rank(rank: int, world: int, init: str, cfg, out: str) -> None:
+    from rlvr.train.sharded import ShardedTrainer
+
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
-        trainer = DataParallelTrainer(cfg, DataParallel(rank, world))
+        sharded = cfg.parallel == "fsdp"
+        kind = ShardedTrainer if sharded else DataParallelTrainer
+        trainer = kind(cfg, DataParallel(rank, world, sharded=sharded))
         if rank == 0:  # the followers take it with the first batch
             trainer.entropy_control = trainer.entropy_control.with_state(RESUMED)
         metrics = trainer.train_step()
@@ -117,13 +121,15 @@ def _rank(rank: int, world: int, init: str, cfg, out: str) -> None:
         dist.destroy_process_group()
 
 
-def test_two_ranks_follow_the_all_rank_entropy(small_config, tmp_path):
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_two_ranks_follow_the_all_rank_entropy(small_config, tmp_path, parallel):
     """5 prompt groups, 3 on rank 0 and 2 on rank 1: both ranks apply rank 0's c, and each
     rank's controller is updated from the entropy over both shards (one shard's differs)."""
-    cfg = small_config(prompts_per_step=5, lr=1e-3, **ABOVE)
+    cfg = small_config(prompts_per_step=5, lr=1e-3, micro_batch_size=4, **ABOVE)
+    dp_cfg = small_config(**{**cfg.to_dict(), "parallel": parallel})
     context = mp.spawn(
         _rank,
-        args=(2, f"file://{tmp_path / 'init'}", cfg, str(tmp_path / "rank")),
+        args=(2, f"file://{tmp_path / 'init'}", dp_cfg, str(tmp_path / "rank")),
         nprocs=2,
         join=False,
     )
