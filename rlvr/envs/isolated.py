@@ -1,20 +1,22 @@
-"""An environment hosted in a worker process of its own (`episode.env_isolation: process`).
+"""Environments hosted in worker processes (`episode.env_isolation: process`).
 
 In the trainer's process (`none`, the default) an environment's `reset` and `step` run
 under `env_timeout_s` (an alarm): a Python exception or a hang in Python code costs the
 sample, but an environment that calls `os._exit`, crashes the interpreter (a segfault in C
 code), exhausts memory or holds off the alarm (C code, a blocked SIGALRM) ends or hangs the
-run. `IsolatedEnvironment` forks one worker per episode; the environment is made there from
-its factory (its state lives there), and `reset` and `step` are forwarded over a pipe, each
-answer awaited with a deadline. A worker that runs past `env_timeout_s`, dies, or answers
-anything but a plain reply is killed with its process group, and the call raises as an
-in-process environment failure would (`VerifierTimeout` or an `Exception`), so the episode
-loop flags it (`env_failed`) and `env_errors` says what it costs.
+run. With isolation each episode's environment is made in a worker process forked from
+the trainer (its state lives there), and `reset` and `step` are forwarded over a pipe,
+each answer awaited with a deadline. A worker that runs past `env_timeout_s`, dies, or
+answers anything but a plain reply is killed with its process group, and the call raises
+as an in-process environment failure would (`VerifierTimeout` or an `Exception`), so the
+episode loop flags it (`env_failed`) and `env_errors` says what it costs.
 
 What comes back is JSON (a reply's plain fields, or an error's name and arguments): the
-trainer never unpickles what the worker sends. Workers are killed when their episode ends
-(`close`), when the proxy is collected, at exit, and (Linux, when forked on the main thread)
-when the trainer itself dies (PR_SET_PDEATHSIG).
+trainer never unpickles what a worker sends. A worker serves one episode at a time; when
+its episode ends well it waits in its `WorkerPool` for the next one (forking costs tens of
+milliseconds), a failed one is killed. Workers are killed when their pool is collected,
+at exit, and (Linux, when forked on the main thread) when the trainer itself dies
+(PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -72,27 +74,61 @@ def isolate(
     make: Callable[[Any], Environment], timeout_s: float, memory_mb: int | None = None
 ) -> Callable[[Any], Environment]:
     """A factory like `make` (problem → environment) whose environments each live in a
-    worker process (`IsolatedEnvironment`)."""
+    worker process (`IsolatedEnvironment`), taken from a pool of its own (`.pool`)."""
+    pool = WorkerPool(make, memory_mb)
 
     def environment(problem: Any) -> Environment:
-        return IsolatedEnvironment(lambda: make(problem), timeout_s, memory_mb)
+        return IsolatedEnvironment(pool, problem, timeout_s)
 
     environment.isolated = True  # attach_environment wraps a factory once
+    environment.pool = pool
     return environment
 
 
-class IsolatedEnvironment(Environment):
-    """`make()`'s environment, run in a forked worker; see the module docstring."""
+class WorkerPool:
+    """Workers that make `make(problem)`'s environment and serve it, one episode at a
+    time each. A worker whose episode ended well waits here for the next one: a fork per
+    episode costs tens of milliseconds in a trainer's process (benchmarks/RESULTS.md), a
+    reused worker nothing. A worker that failed is killed, never reused."""
 
-    def __init__(
-        self, make: Callable[[], Environment], timeout_s: float, memory_mb: int | None = None
-    ) -> None:
-        """`timeout_s`: the limit of making the environment and of each call (0: none);
-        `memory_mb`: address space the worker may add to the trainer's it was forked from."""
+    def __init__(self, make: Callable[[Any], Environment], memory_mb: int | None = None) -> None:
+        """`memory_mb`: address space a worker may add to the trainer's it was forked from."""
+        self.make, self.memory_mb = make, memory_mb
+        self.idle: list[_Worker] = []
+        self._lock = threading.Lock()
+        self.close = weakref.finalize(self, _kill_all, self.idle)  # collected, or at exit
+
+    def take(self) -> _Worker:
+        """An idle worker, or a new one forked now."""
+        with self._lock:
+            while self.idle:
+                worker = self.idle.pop()
+                if not worker.connection.poll(0):  # an idle worker has nothing to say
+                    return worker
+                worker.kill()  # it died, or talks out of turn
+        return _Worker(self.make, self.memory_mb)
+
+    def give_back(self, worker: _Worker) -> None:
+        with self._lock:
+            self.idle.append(worker)
+
+
+def _kill_all(workers: list[_Worker]) -> None:
+    while workers:
+        workers.pop().kill()
+
+
+class IsolatedEnvironment(Environment):
+    """The environment `pool.make(problem)` makes, in a worker of `pool`; see the module
+    docstring."""
+
+    def __init__(self, pool: WorkerPool, problem: Any, timeout_s: float) -> None:
+        """`timeout_s`: the limit of making the environment and of each call (0: none)."""
         self.timeout_s = timeout_s
-        self._worker = _Worker(make, memory_mb)
-        self._closer = weakref.finalize(self, self._worker.kill)  # collected, or at exit
-        self.stop = self._exchange(None, _stop_strings)
+        self._pool, self._worker = pool, pool.take()
+        self._lock, self._busy = threading.Lock(), False
+        self._kill = weakref.finalize(self, self._worker.kill)  # collected mid-episode
+        self.stop = self._exchange(("make", problem), _stop_strings)
 
     def reset(self, problem: Any) -> None:
         self._exchange(("reset", problem), lambda value: None)
@@ -104,31 +140,46 @@ class IsolatedEnvironment(Environment):
         return reply
 
     def close(self) -> None:
-        """Kill the worker (and whatever it started in its process group)."""
-        self._closer()
-
-    def _exchange(self, request: tuple[str, Any] | None, read: Callable[[Any], Any]) -> Any:
-        """Send `request` (None: none), decode the answer with `read`; any failure (a
-        timeout, a death, garbage, an error raised there, the caller's own alarm) kills
-        the worker and raises."""
+        """End the episode: its worker, between calls and healthy, goes back to the pool
+        (a failed one was killed already); no call may follow."""
+        with self._lock:
+            if self._busy:  # a call abandoned on another thread (a thread's time-out)
+                self._kill()
+            if not self._kill.detach():
+                return  # closed already, or killed
         try:
-            if not self._worker.alive:
-                raise WorkerFailed("the environment's worker has already ended")
-            if request is not None:
-                self._worker.send(request)
+            self._worker.connection.send(("end", None))
+        except OSError:
+            self._worker.kill()
+            return
+        self._pool.give_back(self._worker)
+
+    def _exchange(self, request: tuple[str, Any], read: Callable[[Any], Any]) -> Any:
+        """Send `request`, decode the answer with `read`; any failure (a timeout, a death,
+        garbage, an error raised there, the caller's own alarm) kills the worker and
+        raises."""
+        with self._lock:
+            if not self._kill.alive:
+                raise WorkerFailed(f"{request[0]} called after the episode's environment ended")
+            self._busy = True
+        try:
+            self._worker.send(request)
             message = self._worker.receive(self.timeout_s)
             if "error" in message:
                 raise _rebuilt(message["error"], message.get("args"))
             return read(message.get("value"))
         except BaseException:
-            self.close()
+            self._kill()
             raise
+        finally:
+            self._busy = False
 
 
 class _Worker:
-    """One forked process serving one environment, in its own process group."""
+    """One forked process serving one episode's environment at a time, in a process group
+    of its own."""
 
-    def __init__(self, make: Callable[[], Environment], memory_mb: int | None) -> None:
+    def __init__(self, make: Callable[[Any], Environment], memory_mb: int | None) -> None:
         parent, child = Pipe()
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # or the worker would print the trainer's buffered text again
@@ -217,12 +268,13 @@ def _set_group(pid: int) -> None:
 
 def _serve(
     connection: Connection,
-    make: Callable[[], Environment],
+    make: Callable[[Any], Environment],
     memory_mb: int | None,
     trainer: int | None,
 ) -> None:
-    """The worker: make the environment, answer calls until the pipe closes. With the
-    `trainer`'s pid (forked on its main thread), it dies with the trainer."""
+    """The worker: for each episode, make the environment and answer its calls; exit when
+    the pipe closes. With the `trainer`'s pid (forked on its main thread), it dies with
+    the trainer."""
     os.setpgid(0, 0)
     for name in ("SIGINT", "SIGTERM"):  # not the trainer's handlers (a checkpoint on SIGTERM)
         signal.signal(getattr(signal, name), signal.SIG_DFL)
@@ -230,13 +282,22 @@ def _serve(
         _die_with_parent(trainer)
     if memory_mb is not None:
         _limit_memory(memory_mb)
-    env = _respond(connection, make, "made")
-    while env is not None:
+    env = None
+    while True:
         try:
             method, argument = connection.recv()
         except EOFError:
             return
-        _respond(connection, getattr(env, method), method, argument)
+        if method == "end":
+            env = None
+        elif method == "make":
+            env = _respond(connection, make, "made", argument)
+        else:
+            _respond(connection, _call, method, env, method, argument)
+
+
+def _call(env: Environment | None, method: str, argument: Any) -> Any:
+    return getattr(env, method)(argument)
 
 
 def _respond(connection: Connection, call: Callable[..., Any], method: str, *args: Any) -> Any:

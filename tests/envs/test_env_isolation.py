@@ -9,6 +9,7 @@ import faulthandler
 import gc
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from scripted_engine import EOS, ScriptedEngine
 import rlvr.envs.isolated as isolated
 from rlvr.envs import Environment, EpisodeBudgets, Reply
 from rlvr.envs.attach import attach_environment
-from rlvr.envs.isolated import IsolatedEnvironment, WorkerFailed
+from rlvr.envs.isolated import IsolatedEnvironment, WorkerFailed, WorkerPool
 from rlvr.models import CharTokenizer
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.episodes import generate_for
@@ -127,6 +128,15 @@ def _children() -> set[int]:
     return found
 
 
+def _assert_only_idle_workers_left(before: set[int], pool, idle: int) -> None:
+    """The pool holds `idle` workers, and they are this process's only new children;
+    closing the pool ends them."""
+    assert len(pool.idle) == idle
+    assert _children() == before | {w.pid for w in pool.idle}
+    pool.close()
+    assert _children() == before
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -144,7 +154,8 @@ def _episodes(how: str, episode: dict, **options):
     engine = ScriptedEngine(CharTokenizer(), _policy)
     params = SamplingParams(group_size=2, max_new_tokens=40)
     problem = task.problems("train")[0]
-    return generate_for(engine, task, [problem], params, torch.Generator())
+    gen = generate_for(engine, task, [problem], params, torch.Generator())
+    return gen, getattr(task.environment, "pool", None)
 
 
 @pytest.mark.parametrize(
@@ -169,37 +180,40 @@ def _episodes(how: str, episode: dict, **options):
 )
 def test_a_hostile_environment_costs_its_sample_only(how, failure):
     before = _children()
-    gen = _episodes(how, {"env_isolation": "process", "env_timeout_s": 1.0})
+    gen, pool = _episodes(how, {"env_isolation": "process", "env_timeout_s": 1.0})
     hostile, calm = gen.episodes
     assert hostile.env_failed.startswith(failure) and hostile.ended_by == "env_failed"
     assert gen.texts[0] == "<x>boom</x>"  # the turn stays; the failure ends the episode
     # The other episode of the group plays on: observation, then its answer.
     assert gen.texts[1] == "<x>calm</x>[<x>calm</x>] done"
     assert (calm.env_failed, calm.ended_by, calm.turns) == (None, "answer", 2)
-    assert _children() == before
+    # A worker that failed is killed; one whose reply the episode loop refused ("type:")
+    # ended its episode healthy and waits for the next, with the calm one's.
+    _assert_only_idle_workers_left(before, pool, 2 if failure.startswith("type:") else 1)
 
 
 def test_a_memory_bomb_hits_the_workers_limit():
     before = _children()
-    gen = _episodes("memory_bomb", {"env_isolation": "process", "env_memory_mb": 256})
+    gen, pool = _episodes("memory_bomb", {"env_isolation": "process", "env_memory_mb": 256})
     assert gen.episodes[0].env_failed == "error: MemoryError: "
     assert gen.episodes[1].ended_by == "answer"
-    assert _children() == before
+    _assert_only_idle_workers_left(before, pool, 1)
 
 
 def test_the_workers_process_group_dies_with_it(tmp_path):
     """A process the environment started is killed with its worker on timeout."""
     pid_file = tmp_path / "grandchild"
-    gen = _episodes(
+    gen, pool = _episodes(
         "grandchild", {"env_isolation": "process", "env_timeout_s": 1.0}, pid_file=str(pid_file)
     )
+    pool.close()
     assert gen.episodes[0].env_failed == "timeout: step ran past 1s"
     assert not _alive(int(pid_file.read_text()))
 
 
 def test_without_isolation_the_same_failure_is_flagged_in_process():
     """A Python-level failure is flagged the same way in the trainer's process."""
-    gen = _episodes("not_a_reply", {})
+    gen, _ = _episodes("not_a_reply", {})
     assert gen.episodes[0].env_failed == "type: step returned int, not a Reply"
     assert gen.texts[1] == "<x>calm</x>[<x>calm</x>] done"
 
@@ -208,15 +222,16 @@ def test_isolated_episodes_on_a_worker_thread_are_limited_too():
     """Off the main thread (no alarm), the proxy's own deadline kills a hung worker."""
     before, out = _children(), {}
     thread = threading.Thread(
-        target=lambda: out.update(gen=_episodes("blocked_alarm", {"env_isolation": "process"}))
+        target=lambda: out.update(run=_episodes("blocked_alarm", {"env_isolation": "process"}))
     )
     started = time.monotonic()
     thread.start()
     thread.join(30)
     # env_timeout_s 2: the episode loop's thread strategy and the proxy's deadline agree.
-    assert out["gen"].episodes[0].env_failed == "timeout: step ran past 2s"
+    gen, pool = out["run"]
+    assert gen.episodes[0].env_failed == "timeout: step ran past 2s"
     assert time.monotonic() - started < 10
-    assert _children() == before
+    _assert_only_idle_workers_left(before, pool, 1)
 
 
 def test_workers_end_with_their_episodes_and_on_an_exception():
@@ -236,8 +251,8 @@ def test_workers_end_with_their_episodes_and_on_an_exception():
     with pytest.raises(RuntimeError, match="the engine broke"):
         generate_for(engine, task, task.problems("train")[:1], params, torch.Generator())
     assert alive[0] == 3  # one worker per live episode
-    gc.collect()
-    assert _children() == before
+    gc.collect()  # the episodes' proxies: their workers, mid-episode, are killed
+    assert _children() == before and task.environment.pool.idle == []
 
 
 def test_a_killed_trainer_leaves_no_worker(tmp_path):
@@ -246,13 +261,13 @@ def test_a_killed_trainer_leaves_no_worker(tmp_path):
         """
         import time
         from rlvr.envs import Environment, Reply
-        from rlvr.envs.isolated import IsolatedEnvironment
+        from rlvr.envs.isolated import IsolatedEnvironment, WorkerPool
 
         class Calm(Environment):
             def step(self, turn):
                 return Reply("ok")
 
-        env = IsolatedEnvironment(Calm, 5.0)
+        env = IsolatedEnvironment(WorkerPool(lambda problem: Calm()), None, 5.0)
         print(env._worker.pid, flush=True)
         time.sleep(300)
         """
@@ -286,6 +301,8 @@ def test_a_normal_environment_plays_the_same_episodes_isolated_or_not(tmp_path):
         rewards = [task.verify(problems[i // 2], t).correct for i, t in enumerate(gen.texts)]
         records = [{**asdict(e), "env_seconds": 0} for e in gen.episodes]
         results.append((gen.response_ids, gen.forced_mask, gen.texts, records, rewards))
+        if isolation == "process":
+            task.environment.pool.close()
     (ids, forced, texts, records, rewards), isolated_run = results
     assert torch.equal(ids, isolated_run[0]) and torch.equal(forced, isolated_run[1])
     assert texts == isolated_run[2] and records == isolated_run[3] and rewards == isolated_run[4]
@@ -306,6 +323,8 @@ def test_tools_run_in_the_worker():
         gen = generate_for(engine, task, task.problems("train")[:1], params, torch.Generator())
         assert [e.tool_calls for e in gen.episodes] == [1, 1]
         texts[isolation] = gen.texts
+        if isolation == "process":
+            task.environment.pool.close()
     here = f"<whoami>hi</whoami><result>hi@{os.getpid()}</result> \\boxed{{1}}"
     assert texts["none"] == [here] * 2
     workers = [t.split("@")[1].split("<")[0] for t in texts["process"]]
@@ -338,7 +357,9 @@ def test_a_segfaulting_environment_costs_samples_and_the_run_goes_on(tmp_path):
     assert metrics["env/failed_frac"] == metrics["env/ended_env_failed"] > 0
     assert metrics["env/failed_frac"] + metrics["env/ended_answer"] == 1.0
     assert math.isfinite(metrics["loss/policy"])  # the step trained on what it kept
-    assert _children() == before
+    pool = trainer.task.environment.pool
+    # Only the workers of episodes that ended by their answer wait for the next batch.
+    _assert_only_idle_workers_left(before, pool, len(pool.idle))
 
 
 @pytest.mark.parametrize(
@@ -369,8 +390,36 @@ def test_a_platform_without_fork_refuses_isolation(monkeypatch):
 
 def test_an_oversized_answer_is_garbage(monkeypatch):
     monkeypatch.setattr(isolated, "MAX_MESSAGE_BYTES", 1000)
-    env = IsolatedEnvironment(lambda: Hostile(), 2.0)
+    env = IsolatedEnvironment(WorkerPool(lambda problem: Hostile()), None, 2.0)
     assert env.step("short").observation == "[short]"
     with pytest.raises(WorkerFailed, match="sent garbage"):
         env.step("x" * 2000)
     assert not env._worker.alive
+
+
+class Counter(Environment):
+    stop = ("</x>",)
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def step(self, turn: str) -> Reply:
+        self.steps += 1
+        return Reply(f"[{self.steps}@{os.getpid()}]")
+
+
+def test_a_worker_serves_the_next_episode_with_a_fresh_environment():
+    """Batch after batch, the same workers; each episode's environment is made anew."""
+    task = make_task("arithmetic", digits=2, ops="+")
+    attach_environment(task, "test_env_isolation:Counter", {}, [], {"env_isolation": "process"})
+    engine = ScriptedEngine(CharTokenizer(), _policy)
+    params = SamplingParams(group_size=2, max_new_tokens=40)
+    batches = [
+        generate_for(engine, task, task.problems("train")[:1], params, torch.Generator()).texts
+        for _ in range(2)
+    ]
+    workers = {str(w.pid) for w in task.environment.pool.idle}
+    for texts in batches:  # each episode's environment answers its first step: [1@pid]
+        seen = [re.search(r"\[(\d+)@(\d+)\]", t).groups() for t in texts]
+        assert sorted(seen) == sorted(("1", pid) for pid in workers)
+    task.environment.pool.close()
