@@ -32,6 +32,7 @@ from rlvr.verify import Verdict
 HIGHER, LOWER, RIGHT = " higher", " lower", " right"
 _GUESS = re.compile(r"<guess>(-?\d{1,6})</guess>")
 _ENDS_WITH_GUESS = re.compile(r"<guess>(-?\d{1,6})</guess>$")
+_REPLY_IN_TARGET = re.compile(f"</guess>({HIGHER}|{LOWER}|{RIGHT})")
 
 
 class GuessEnvironment(Environment):
@@ -121,6 +122,11 @@ class GuessNumberTask(SyntheticTask):
                     return text + RIGHT
                 text += HIGHER if guess < secret else LOWER
                 low, high = (guess + 1, high) if guess < secret else (low, guess - 1)
+
+    def observation_spans(self, target: str) -> list[tuple[int, int]]:
+        """Character spans of the replies (`` higher``) in a target: the warm start leaves
+        them out of its loss, as RL does (they are forced, not sampled)."""
+        return [m.span(1) for m in _REPLY_IN_TARGET.finditer(target)]
 
     def check(self, problem: Problem, completion: str) -> Verdict:
         guesses = _GUESS.findall(completion)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 from typing import Any
 
 from rlvr.checks import check_int
@@ -30,6 +31,7 @@ OBSERVATION = "={result}"
 UNKNOWN = "unknown"
 RELATION = "parent"
 NAME_CHARS = 4
+_OBSERVATION_IN_TARGET = re.compile(r"</lookup>(=[a-z]+)")
 
 
 def name(rng: random.Random) -> str:
@@ -123,6 +125,11 @@ class LookupTask(SyntheticTask):
             )
             target = calls + target
         return Draft(names[0], prompt, names[-1], target)
+
+    def observation_spans(self, target: str) -> list[tuple[int, int]]:
+        """Character spans of the environment's replies (``=belu``) in a target: the warm
+        start leaves them out of its loss, as RL does (they are forced, not sampled)."""
+        return [m.span(1) for m in _OBSERVATION_IN_TARGET.finditer(target)]
 
     def check(self, problem: Problem, completion: str) -> Verdict:
         answer = extract_boxed(completion)

@@ -4,7 +4,9 @@ The tiny Qwen2 is trained with cross-entropy on each problem's ideal completion 
 tokens and EOS, never the prompt) until its *sampled* accuracy on the dev split reaches
 `target_accuracy`. Stopping on accuracy rather than a step count matters: on 2-digit
 addition the accuracy jumps from ~0 to 20–40 % at a seed-dependent step. The result is
-cached on disk, keyed by everything that determines it.
+cached on disk, keyed by everything that determines it. A multi-turn task whose targets
+hold the environment's replies may mark them (`observation_spans(target)`, character
+spans): they stay in the context but out of the loss, as in RL, where they are forced.
 
 The result depends on the settings alone, not on the process that builds it: training
 runs with one torch thread (the thread count changes the order of float reductions, and
@@ -25,7 +27,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -169,7 +171,7 @@ def _settings(
     task = inspect.signature(TASKS[task_name]).bind(**task_options) if task_name in TASKS else None
     if task is not None:
         task.apply_defaults()
-    return {
+    settings = {
         "format_version": FORMAT_VERSION,
         "task": task_name,
         "task_options": dict(task.arguments) if task is not None else task_options,
@@ -177,6 +179,10 @@ def _settings(
         "model": dict(model.arguments),
         **asdict(schedule),
     }
+    if task is not None and hasattr(TASKS[task_name], "observation_spans"):
+        # Only tasks that mark observations get the key: every other cache key is unchanged.
+        settings["observations_in_loss"] = False
+    return settings
 
 
 @contextmanager
@@ -202,11 +208,12 @@ def _train(model, tokenizer, task: Task, settings: dict, progress: bool) -> tupl
     batches = _batches(train, settings["batch_size"], random.Random(seed))
     max_new_tokens = max(len(tokenizer.encode(p.target)) for p in dev) + 4
     report = _Progress(f"warm start {task.name}", max_steps, progress)
+    observations = getattr(task, "observation_spans", None)
     model.train()
     accuracy, step = 0.0, 0
     with report:
         while step < max_steps:
-            loss = _train_step(model, tokenizer, next(batches), optimizer)
+            loss = _train_step(model, tokenizer, next(batches), optimizer, observations)
             step += 1
             report.step()
             if step % every == 0 or step == max_steps:
@@ -258,8 +265,17 @@ def _batches(problems: list[Problem], batch_size: int, rng: random.Random):
             yield order[start : start + batch_size]
 
 
-def _train_step(model, tokenizer: CharTokenizer, batch: list[Problem], optimizer) -> float:
-    """One AdamW step on −mean log π(target + EOS | prompt) per target token."""
+def _train_step(
+    model,
+    tokenizer: CharTokenizer,
+    batch: list[Problem],
+    optimizer,
+    observations: Callable[[str], list[tuple[int, int]]] | None = None,
+) -> float:
+    """One AdamW step on −mean log π(target + EOS | prompt) per target token; with
+    `observations` (a task's `observation_spans`), the environment's replies inside a
+    target stay in the context but out of the loss and its count, as in RL, where they
+    are forced tokens (and the model could not predict them: they are the tool's output)."""
     targets = [[*tokenizer.encode(p.target), tokenizer.eos_token_id] for p in batch]
     steps = max(len(t) for t in targets)
     response_ids = torch.full((len(batch), steps), tokenizer.pad_token_id, dtype=torch.long)
@@ -271,11 +287,25 @@ def _train_step(model, tokenizer: CharTokenizer, batch: list[Problem], optimizer
     logprobs = response_logprobs(
         model, prompt_ids, response_ids, response_mask, tokenizer.pad_token_id
     )
-    loss = -logprobs.sum() / response_mask.sum()
+    if observations is None:
+        loss = -logprobs.sum() / response_mask.sum()
+    else:
+        supervised = response_mask * _policy_mask(tokenizer, batch, observations, steps)
+        loss = -(logprobs * supervised).sum() / supervised.sum()
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
     return loss.detach().item()
+
+
+def _policy_mask(tokenizer, batch: list[Problem], observations, steps: int) -> torch.Tensor:
+    """(B, steps): 0 on the tokens of each target's observation spans, else 1."""
+    mask = torch.ones((len(batch), steps))
+    for b, problem in enumerate(batch):
+        for start, end in observations(problem.target):
+            first = len(tokenizer.encode(problem.target[:start]))
+            mask[b, first : first + len(tokenizer.encode(problem.target[start:end]))] = 0.0
+    return mask
 
 
 def dev_accuracy(

@@ -143,3 +143,44 @@ def test_a_policy_that_plays_well_wins_through_the_episode_loop(name):
         assert turns == [3] * 8 and all(e.tool_calls == 2 for e in gen.episodes)
     else:  # binary search over 1..15: at most 4 guesses, each a turn
         assert max(turns) <= 4 and all(e.ended_by == "env" for e in gen.episodes)
+
+
+def test_the_warm_start_leaves_observations_out_of_its_loss():
+    """`observation_spans` marks the environment's replies in a target; the supervised step
+    averages −log π over the other target tokens and EOS only (the replies stay in the
+    context). Checked against the loss computed by hand from one forward."""
+    from rlvr.models.logprobs import response_logprobs
+    from rlvr.models.tiny import build_tiny_policy, tiny_qwen2_config
+    from rlvr.warmstart.supervised import _train_step
+
+    lookup = LookupTask(train_size=2, dev_size=0, eval_size=0)
+    problem = lookup.problems("train")[0]  # " <lookup>kavo</lookup>=belu ..."
+    replies = [problem.target[a:b] for a, b in lookup.observation_spans(problem.target)]
+    assert replies == [f"={parent}" for parent in lookup.facts(problem).values()]
+    guess = make_task("guess_number", train_size=1, dev_size=0, eval_size=0)
+    game = guess.problems("train")[0].target  # " <guess>10</guess> lower ... right"
+    replies = [game[a:b] for a, b in guess.observation_spans(game)]
+    assert len(replies) == game.count("</guess>") and replies[-1] == " right"
+    assert set(replies[:-1]) <= {" higher", " lower"}
+
+    batch = lookup.problems("train")
+    config = tiny_qwen2_config(TOK.vocab_size, hidden=32, layers=2, heads=2, kv_heads=2)
+    model = build_tiny_policy(config, seed=0)
+    ids = [[*TOK.encode(p.target), TOK.eos_token_id] for p in batch]
+    response = torch.zeros((2, max(map(len, ids))), dtype=torch.long)
+    mask = torch.zeros(response.shape)
+    for b, row in enumerate(ids):
+        response[b, : len(row)], mask[b, : len(row)] = torch.tensor(row), 1.0
+    prompts = [TOK.encode(p.prompt) for p in batch]
+    with torch.no_grad():
+        logprobs = response_logprobs(model, prompts, response, mask, TOK.pad_token_id)
+    kept = mask.clone()
+    for b, problem in enumerate(batch):  # one character, one token: spans index tokens
+        for start, end in lookup.observation_spans(problem.target):
+            kept[b, start:end] = 0.0
+    assert kept.sum() == mask.sum() - 2 * 2 * 5  # two rows, two replies of "=" + 4 letters
+    expected = -(logprobs * kept).sum() / kept.sum()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    loss = _train_step(model, TOK, batch, optimizer, lookup.observation_spans)
+    assert loss == pytest.approx(expected.item(), abs=1e-6)
+    assert loss != pytest.approx((-logprobs.sum() / mask.sum()).item(), abs=1e-3)
