@@ -64,7 +64,7 @@ class WorkerFailed(RuntimeError):
 def isolation_problem(memory_mb: int | None) -> str | None:
     """Why `env_isolation: process` (with `env_memory_mb`) cannot take effect here, if so."""
     if not hasattr(os, "fork"):
-        return "it forks a worker per episode, and this platform has no fork"
+        return "it forks worker processes, and this platform has no fork"
     if memory_mb is not None and not sys.platform.startswith("linux"):
         return "env_memory_mb is enforced on Linux only (RLIMIT_AS over /proc/self/status)"
     return None
@@ -196,14 +196,13 @@ class _Worker:
                     _serve(child, make, memory_mb, trainer if main else None)
                 finally:
                     os._exit(0)  # never the trainer's code or exit handlers
-            self.alive = True
+            self.alive, self.status = True, None  # status: how it ended, once reaped
             _set_group(self.pid)
+            child.close()
+            self.connection: Connection = parent
+            _PIPES.add(parent)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        child.close()
-        self.connection: Connection = parent
-        _PIPES.add(parent)
-        self.status: str | None = None  # how it ended, once reaped
 
     def send(self, request: tuple[str, Any]) -> None:
         try:
@@ -242,16 +241,21 @@ class _Worker:
         return self.status or "it closed its pipe"
 
     def kill(self) -> None:
-        """SIGKILL its process group, reap it; idempotent."""
-        if self.alive:
-            for kill in (os.killpg, os.kill):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    kill(self.pid, signal.SIGKILL)
-            try:
-                self._reaped(os.waitpid(self.pid, 0)[1])
-            except ChildProcessError:  # reaped elsewhere (a SIGCHLD handler)
-                self.alive = False
-        self.connection.close()
+        """SIGKILL its process group, reap it; idempotent. An alarm waits until it is done
+        (an interrupted reap would leave a zombie)."""
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        try:
+            if self.alive:
+                for kill in (os.killpg, os.kill):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        kill(self.pid, signal.SIGKILL)
+                try:
+                    self._reaped(os.waitpid(self.pid, 0)[1])
+                except ChildProcessError:  # reaped elsewhere (a SIGCHLD handler)
+                    self.alive = False
+            self.connection.close()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def _reaped(self, status: int) -> None:
         self.alive = False
