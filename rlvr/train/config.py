@@ -149,7 +149,7 @@ class TrainConfig:
         metadata={
             "doc": "multi-turn limits (rlvr.envs.EpisodeBudgets): max_turns, "
             "max_tool_calls, max_turn_tokens, max_observation_tokens, cut_marker, "
-            "env_timeout_s, env_errors"
+            "env_timeout_s, env_errors, env_isolation (none | process), env_memory_mb"
         },
     )
     policy: dict = field(
