@@ -1,16 +1,22 @@
 """Multi-hop questions answered through a lookup tool: an embedded analog of Search-R1.
 
-``Q: parent of parent of kavo? A:`` asks for the end of a chain of facts the policy can
-only read through ``lookup``: it writes ``<lookup>kavo</lookup>``, hears ``=belu``, looks
-up ``belu``, hears ``=tira``, and answers `` \\boxed{tira}``. Each question has a world of
-its own, as each HotpotQA question in the distractor setting comes with its own passages:
-the chain kavo → belu → tira is drawn from (task seed, the entity asked about), so no other
-question, in any split, holds its facts, and a model cannot answer from memory (the
-``tools=False`` control: chance is 1 in 6,400 names). A lookup of a name outside the
-chain answers ``=unknown``. Search-R1 (arXiv 2503.09516) retrieves passages from a corpus
-with a search engine; here the corpus is one fact per entity and the search is exact.
+``Q: parent of parent of kavo? A:`` (``hops=2``) asks for the end of a chain of facts the
+policy can only read through ``lookup``: it writes ``<lookup>kavo</lookup>``, hears
+``=belu``, looks up ``belu``, hears ``=tira``, and answers `` \\boxed{tira}``. Each
+question has a world of its own, as each HotpotQA question in the distractor setting comes
+with its own passages: the chain kavo → belu → tira is drawn from (task seed, the entity
+asked about), so no other question, in any split, holds its facts, and a model cannot
+answer from memory (the ``tools=False`` control: chance is 1 in 6,400 names). A lookup of
+a name outside the chain answers ``=unknown``. Search-R1 (arXiv 2503.09516) retrieves
+passages from a corpus with a search engine; here the corpus is one fact per entity and
+the search is exact.
 
 Scoring: the last ``\\boxed{}`` of the whole trajectory must hold the chain's last name.
+
+The default is one hop (``Q: parent of kavo? A:``: a lookup, then the answer), because its
+warm start teaches the protocol in a budget like the calculator's: on the embedded model,
+with the observations out of the supervised loss, one hop reaches dev accuracy 0.3 after
+175 supervised steps, two hops after 325 (docs/agentic.md has the figures and commands).
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ class LookupTask(SyntheticTask):
 
     def __init__(
         self,
-        hops: int = 2,
+        hops: int = 1,
         tools: bool = True,
         seed: int = 0,
         train_size: int = 3000,
@@ -60,8 +66,8 @@ class LookupTask(SyntheticTask):
     ) -> None:
         """
         Args:
-            hops: facts to chain, 1 to 3 (3 needs more context than the embedded model's
-                128 positions).
+            hops: facts to chain, 1 to 3 (2 takes the warm start about twice the steps
+                of 1; 3 needs more context than the embedded model's 128 positions).
             tools: whether the policy may call ``lookup`` (False: the one-turn control).
             seed, train_size, dev_size, eval_size: as for arithmetic; the entity asked
                 about is the problem's identity, never in two splits.

@@ -26,7 +26,7 @@ TOK = CharTokenizer()
 
 
 def test_a_lookup_question_by_hand():
-    task = LookupTask(train_size=5, dev_size=1, eval_size=1)
+    task = LookupTask(hops=2, train_size=5, dev_size=1, eval_size=1)
     problem = task.problems("train")[0]
     entity = problem.prompt.removeprefix("Q: parent of parent of ").removesuffix("? A:")
     middle, last = task.facts(problem)[entity], problem.answer
@@ -52,7 +52,7 @@ def test_a_lookup_question_by_hand():
 def test_each_question_has_a_world_of_its_own():
     """Chains come from (seed, entity) alone: the environment rebuilds them from the
     prompt, and another seed gives another world; the no-tool control answers in one turn."""
-    task, other = LookupTask(seed=0), LookupTask(seed=1)
+    task, other = LookupTask(hops=2, seed=0), LookupTask(hops=2, seed=1)
     problem = task.problems("eval")[0]
     entity = problem.prompt.split()[-2].removesuffix("?")
     assert task.chain(entity) == task.chain(entity) != other.chain(entity)
@@ -65,8 +65,20 @@ def test_each_question_has_a_world_of_its_own():
     assert sum(fact in train_text for fact in eval_facts) <= len(eval_facts) // 100
     with pytest.raises(ValueError, match="hops must be an integer from 1 to 3, got 4"):
         LookupTask(hops=4)
-    one_hop = LookupTask(hops=1, train_size=3, dev_size=0, eval_size=0).problems("train")[0]
+    one_hop = LookupTask(train_size=3, dev_size=0, eval_size=0).problems("train")[0]  # default
     assert one_hop.prompt.startswith("Q: parent of ") and one_hop.target.count("<lookup>") == 1
+    assert "parent of parent" not in one_hop.prompt
+
+
+@pytest.mark.parametrize("hops", [2, 3])
+def test_longer_chains_keep_their_entities_in_one_split(hops):
+    """tests/tasks' leak check covers the default (1 hop); the entity asked about is the
+    problem's identity at any length of chain."""
+    task = LookupTask(hops=hops, train_size=600, dev_size=100, eval_size=100)
+    entities = {s: {p.prompt.split()[-2].rstrip("?") for p in task.problems(s)} for s in ("train", "dev", "eval")}  # fmt: skip
+    assert [len(e) for e in entities.values()] == [600, 100, 100]
+    assert not (entities["train"] & entities["dev"] or entities["train"] & entities["eval"])
+    assert not entities["dev"] & entities["eval"]
 
 
 def test_a_guessing_game_by_hand():
@@ -111,7 +123,8 @@ def test_warm_start_games_are_consistent_wins():
 @pytest.mark.parametrize("name", ["lookup", "guess_number"])
 def test_a_policy_that_plays_well_wins_through_the_episode_loop(name):
     """A scripted policy: lookups along the chain, or binary search, one turn per round."""
-    task = make_task(name, train_size=4, dev_size=0, eval_size=0)
+    options = {"hops": 2} if name == "lookup" else {}
+    task = make_task(name, train_size=4, dev_size=0, eval_size=0, **options)
     problems = task.problems("train")
 
     def lookup_policy(context, k):
@@ -153,7 +166,7 @@ def test_the_warm_start_leaves_observations_out_of_its_loss():
     from rlvr.models.tiny import build_tiny_policy, tiny_qwen2_config
     from rlvr.warmstart.supervised import _train_step
 
-    lookup = LookupTask(train_size=2, dev_size=0, eval_size=0)
+    lookup = LookupTask(hops=2, train_size=2, dev_size=0, eval_size=0)
     problem = lookup.problems("train")[0]  # " <lookup>kavo</lookup>=belu ..."
     replies = [problem.target[a:b] for a, b in lookup.observation_spans(problem.target)]
     assert replies == [f"={parent}" for parent in lookup.facts(problem).values()]
