@@ -3,9 +3,11 @@ trajectories, recomputed over the exact ids the episode loop assembled, equal th
 sampler's at every policy token, after every observation (the on-policy ratio is 1).
 
 Each case runs the Trainer's own collection (the KV cache kept across turns, the default)
-on a tiny policy whose few supervised steps (`warm_start`, 100 steps of a 2-layer, 32-wide
-Qwen2, about 2 s each) teach it to call the tool or make a guess, so the observations
-come from the real environment and every token after them is sampled by the engine.
+on a tiny policy whose few supervised steps (`warm_start`: 100 steps of a 2-layer, 32-wide
+Qwen2, once per task for the module) teach it to call the tool or make a guess, so the
+observations come from the real environment and every token after them is sampled by the
+engine (guess_number's and the calculator's environments answer only a guess or a call:
+an untrained model's turns would end the episode).
 Scored through the shared-prefix forward (the Llama-family fused path), through the
 model's own forward, and with LoRA."""
 
