@@ -278,6 +278,13 @@ class Trainer:
                 stacklevel=2,
             )
             self.sync_probe = None
+        if self.sync_probe is not None and not callable(getattr(self.engine, "score_ids", None)):
+            warnings.warn(
+                f"sync_probe is off: the rollout engine {type(self.engine).__name__} cannot "
+                "score given tokens (it has no score_ids); set sync_probe: false to silence this",
+                stacklevel=2,
+            )
+            self.sync_probe = None
         if self.sync_probe is None:
             return {}
         pad, fp32 = self.tokenizer.pad_token_id, self.recipe.fp32_head

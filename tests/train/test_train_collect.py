@@ -152,7 +152,8 @@ def test_all_filtered_batch_skips_the_update(small_config):
     trainer.engine = ScriptedEngine()  # every response "0" or "1"-only: uniform groups
     trainer.pool = FixedOrderPool(["0000"] * 8)
     before = [p.detach().clone() for p in trainer.model.parameters()]
-    metrics = trainer.train_step()
+    with pytest.warns(UserWarning, match="sync_probe is off: the rollout engine ScriptedEngine"):
+        metrics = trainer.train_step()
     assert metrics["train/update_skipped"] == 1.0
     assert metrics["rollout/refill_rounds"] == 1.0
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))

@@ -15,6 +15,12 @@ from rlvr.train.distributed import DataParallel, DataParallelTrainer
 from rlvr.train.logger import read_metrics
 
 
+def _abs(key: str) -> float:
+    """The absolute tolerance of a metric: the sampler-trainer mismatch of a float32 policy
+    is rounding (~1e-6), which another process's forward may round differently."""
+    return 1e-5 if key.startswith("rollout/mismatch_") else 1e-6
+
+
 def _spawn(fn, args, timeout_s: float = 300.0) -> None:
     """Two processes of `fn`; a rank that hangs (a missed collective) fails the test."""
     context = mp.spawn(fn, args=args, nprocs=2, join=False)
@@ -41,7 +47,9 @@ def _rank(rank: int, world: int, init: str, cfg, out: str) -> None:
 
 def test_two_rank_trainer_step_equals_one_process(small_config, tmp_path):
     """prompt_mean aggregation, 5 prompt groups: rank 0 trains 3 of them, rank 1 two."""
-    cfg = small_config(recipe="grpo", prompts_per_step=5, aggregation="prompt_mean", lr=1e-3)
+    cfg = small_config(  # the probe is not run under torchrun: its metric would be one-sided
+        recipe="grpo", prompts_per_step=5, aggregation="prompt_mean", lr=1e-3, sync_probe=False
+    )
     out = str(tmp_path / "rank")
     _spawn(_rank, (2, f"file://{tmp_path / 'init'}", cfg, out))
     trainer = Trainer(cfg)
@@ -53,7 +61,7 @@ def test_two_rank_trainer_step_equals_one_process(small_config, tmp_path):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)  # AdamW step 1 ≈ lr·sign(g)
         for key, value in expected.items():
             if not key.startswith("time/"):
-                assert metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+                assert metrics[key] == pytest.approx(value, rel=1e-4, abs=_abs(key)), key
     assert (
         max((a - b).abs().max() for a, b in zip(ref, Trainer(cfg).model.parameters(), strict=True))
         > 0
@@ -82,7 +90,7 @@ def test_torchrun_style_run_writes_the_single_process_run(small_config, tmp_path
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cfg = dict(steps=2, eval_every=2, eval_size=8, prompts_per_step=5, lr=1e-3)
+    cfg = dict(steps=2, eval_every=2, eval_size=8, prompts_per_step=5, lr=1e-3, sync_probe=False)
     dp_cfg = small_config(**cfg, out=str(tmp_path / "dp"))
     _spawn(_run_rank, (2, port, dp_cfg))
     run_training(small_config(**cfg, out=str(tmp_path / "one")))
@@ -94,5 +102,5 @@ def test_torchrun_style_run_writes_the_single_process_run(small_config, tmp_path
     for a, b in zip(dp, one, strict=True):
         for key, value in b.items():
             if not key.startswith("time/"):
-                assert a[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+                assert a[key] == pytest.approx(value, rel=1e-4, abs=_abs(key)), key
     assert not (tmp_path / "dp.rank1").exists()

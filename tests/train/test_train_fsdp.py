@@ -48,7 +48,9 @@ def _rank(rank: int, world: int, init: str, cfg, out: str) -> None:
 def test_two_rank_sharded_step_equals_one_process(small_config, tmp_path, recipe):
     """5 prompt groups dealt 3 + 2, micro-batches of 4 rows: rank 0 runs 3 passes, rank 1
     two and an idle one. PPO: the critic is replicated, its update computed on every rank."""
-    cfg = small_config(**recipe, prompts_per_step=5, lr=1e-3, micro_batch_size=4, parallel="fsdp")
+    cfg = small_config(  # no sync probe: it is not run under torchrun
+        **recipe, prompts_per_step=5, lr=1e-3, micro_batch_size=4, parallel="fsdp", sync_probe=False
+    )
     out = str(tmp_path / "rank0.pt")
     _spawn(_rank, (2, f"file://{tmp_path / 'init'}", cfg, out))
     trainer = Trainer(small_config(**{**cfg.to_dict(), "parallel": "ddp"}))
@@ -60,7 +62,7 @@ def test_two_rank_sharded_step_equals_one_process(small_config, tmp_path, recipe
         torch.testing.assert_close(a, b.detach(), rtol=1e-4, atol=5e-5)
     for key, value in expected.items():
         if not key.startswith("time/"):
-            assert metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+            assert metrics[key] == pytest.approx(value, rel=1e-4, abs=_abs(key)), key
 
 
 def _run_rank(rank: int, world: int, port: int, cfg, mode: str) -> None:
@@ -83,13 +85,19 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+def _abs(key: str) -> float:
+    """The absolute tolerance of a metric: the sampler-trainer mismatch of a float32 policy
+    is rounding (~1e-6), which the sharded (unfused) forward rounds differently."""
+    return 1e-5 if key.startswith("rollout/mismatch_") else 1e-6
+
+
 def _same_metrics(a_path, b_path, steps):
     a, b = read_metrics(a_path / "metrics.jsonl"), read_metrics(b_path / "metrics.jsonl")
     assert [r["step"] for r in a] == [r["step"] for r in b] == steps
     for x, y in zip(a, b, strict=True):
         for key, value in y.items():
             if not key.startswith("time/"):
-                assert x[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+                assert x[key] == pytest.approx(value, rel=1e-4, abs=_abs(key)), key
 
 
 @pytest.mark.parametrize("parallel", ["fsdp", "ddp"])
@@ -98,8 +106,14 @@ def test_two_rank_run_writes_and_resumes_the_single_process_run(small_config, tm
     2 ranks: the metrics and the checkpoint (weights, AdamW moments) are those of one
     process; a `--resume` to step 3 continues as the uninterrupted single-process run does
     (the followers take rank 0's restored minibatch generator)."""
-    cfg = dict(
-        eval_every=2, eval_size=8, prompts_per_step=5, lr=1e-3, kl_coef=0.1, num_minibatches=2
+    cfg = dict(  # no sync probe: it is not run under torchrun
+        eval_every=2,
+        eval_size=8,
+        prompts_per_step=5,
+        lr=1e-3,
+        kl_coef=0.1,
+        num_minibatches=2,
+        sync_probe=False,
     )
     sharded = small_config(**cfg, steps=2, parallel=parallel, out=str(tmp_path / "fsdp"))
     _spawn(_run_rank, (2, _port(), sharded, "new"))
