@@ -380,6 +380,12 @@ def _check_surrogate_fields(recipe: Recipe) -> None:
                 f"{name}={getattr(recipe, name)!r} is read only by surrogate "
                 f"{' or '.join(readers)}, not {recipe.surrogate!r}; remove it or change surrogate"
             )
+    if recipe.zero_adv_skip and recipe.top_entropy_quantile < 1.0:
+        raise ValueError(
+            f"zero_adv_skip=True with top_entropy_quantile={recipe.top_entropy_quantile}: the "
+            "entropy quantile is taken over each micro-batch's tokens, which skipping rows "
+            "changes; set zero_adv_skip=False"
+        )
     if recipe.zero_adv_skip and SURROGATES.get(recipe.surrogate).per_micro_batch:
         raise ValueError(
             f"zero_adv_skip=True with surrogate={recipe.surrogate!r}: its token statistics are "

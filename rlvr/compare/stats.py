@@ -104,18 +104,24 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return adjusted.tolist()
 
 
+def _number(value) -> float:
+    """A metrics.jsonl value as a float: null (MetricsLogger's non-finite) is NaN."""
+    return math.nan if value is None else float(value)
+
+
 def cell_statistic(records: Sequence[Mapping[str, Any]], metric: str, statistic: str) -> float:
     """One number from a cell's per-step records (`metrics.jsonl`).
 
     final: the last logged value (any step, so an eval-only metric works);
     mean: the mean over training steps (step ≥ 1) that logged it;
     growth: the mean over the last quarter of those steps minus the mean over the first
-    quarter (at least one step each). NaN when the metric was never logged.
+    quarter (at least one step each). NaN when the metric was never logged; a value logged
+    as null (it was not finite) counts as NaN.
     """
     if statistic == "final":
-        values = [r[metric] for r in records if metric in r]
-        return float(values[-1]) if values else math.nan
-    values = [float(r[metric]) for r in records if metric in r and r.get("step", 0) >= 1]
+        values = [_number(r[metric]) for r in records if metric in r]
+        return values[-1] if values else math.nan
+    values = [_number(r[metric]) for r in records if metric in r and r.get("step", 0) >= 1]
     if not values:
         return math.nan
     if statistic == "mean":

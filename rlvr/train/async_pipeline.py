@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -200,6 +201,13 @@ class AsyncTrainer(Trainer):
 
     def __init__(self, cfg: TrainConfig) -> None:
         super().__init__(cfg)
+        if self.sync_probe is not None:  # self.engine is the learner's own: nothing to probe
+            warnings.warn(
+                "sync_probe is not run with rollout_actors yet (the actors sample from their "
+                "own copies); set sync_probe: false to silence this",
+                stacklevel=2,
+            )
+            self.sync_probe = None
         self.pipeline = RolloutPipeline(self, cfg.rollout_actors, cfg.max_lag)
 
     def _rounds(self) -> Callable[[int], Rollout]:

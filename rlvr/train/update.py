@@ -157,7 +157,12 @@ def _micro_step(
     model, recipe, rollout, prepared, weights, nll_weights, micro, settings, entropy_coef
 ):
     # An adaptive bonus needs the measured entropy even in steps where it is off.
-    entropy_needed = settings.log_entropy or recipe.entropy_target is not None or entropy_coef > 0
+    entropy_needed = (
+        settings.log_entropy
+        or recipe.entropy_target is not None
+        or entropy_coef > 0
+        or recipe.top_entropy_quantile < 1.0  # the selection reads each token's entropy
+    )
     # The forward under autocast; log-probs come out float32, so the loss is float32 and
     # the backward (outside autocast) runs each product in its forward's dtype.
     with autocast(settings.precision, model_device(model)):

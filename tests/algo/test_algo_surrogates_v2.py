@@ -129,6 +129,10 @@ def test_covariance_selection_is_per_micro_batch(name):
         ({"is_cap": 5.0}, "is_cap=5.0 is read only by surrogate dppo_tv"),
         ({"kl_ratio_correction": True, "kl": None, "kl_coef": 0.0}, "kl_ratio_correction"),
         ({"surrogate": "clip_cov", "zero_adv_skip": True}, "zero_adv_skip=True"),
+        (
+            {"top_entropy_quantile": 0.2, "zero_adv_skip": True},
+            "zero_adv_skip=True with top_entropy_quantile=0.2",
+        ),
         ({"surrogate": "clip_cov", "cov_ratio": 0.0}, "cov_ratio must be in (0, 1]"),
         ({"surrogate": "sapo", "sapo_tau_neg": -1.0}, "sapo_tau_neg must be > 0"),
         ({"top_entropy_quantile": 1.5}, "top_entropy_quantile must be in [0, 1]"),

@@ -88,6 +88,10 @@ def test_statistics_by_hand():
     # 8 steps: quarter = 2; mean(7, 8) − mean(1, 2) = 7.5 − 1.5 = 6.
     assert cell_statistic(records, "m", "growth") == 6.0
     assert math.isnan(cell_statistic(records, "absent", "final"))
+    # metrics.jsonl writes a non-finite value as null: the statistic is NaN, not a crash
+    broken = [*records, {"step": 9, "m": None, "eval/a": None}]
+    assert math.isnan(cell_statistic(broken, "m", "mean"))
+    assert math.isnan(cell_statistic(broken, "eval/a", "final"))
 
 
 def test_log10_transform_compares_orders_of_magnitude():
