@@ -206,7 +206,7 @@ LEAK_SETTINGS = {
     "countdown": (_countdown_key, [{}, {"num_count": 4, "max_number": 10}]),
     "calculator": (_arithmetic_key, [{}, {"tools": False}, {"digits": 3}]),
     "worked": (_worked_key, [{}, {"min_terms": 3, "max_terms": 5, "max_number": 5}]),
-    "lookup": (_lookup_key, [{}, {"hops": 1}, {"tools": False}]),
+    "lookup": (_lookup_key, [{}, {"hops": 2}, {"tools": False}]),
     "guess_number": (_game_key, [{}, {"high": 40}]),
 }
 
