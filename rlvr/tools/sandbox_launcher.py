@@ -182,6 +182,18 @@ def reveal(paths: list[str], disk_mb: int) -> None:
         mount(None, ancestor, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
+def keep_from_host_tmp(host_tmp: int, paths: list[str]) -> None:
+    """Bind each of `paths` that lies under the host's /tmp (e.g. a virtual environment in
+    a clone there) at its own path inside the fresh /tmp, read-only; `host_tmp` is an
+    O_PATH descriptor of the host's /tmp, taken before the tmpfs covered it."""
+    for path in paths:
+        if not path.startswith("/tmp/"):
+            continue
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        mount(f"/proc/self/fd/{host_tmp}/{path[len('/tmp/') :]}", path, None, MS_BIND | MS_REC)
+        mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
 def build_view(config: dict) -> dict:
     """The sandbox's file system: everything read-only but a fresh /tmp (the working
     directory in it) and /dev/shm; /proc of the new PID namespace."""
@@ -193,7 +205,10 @@ def build_view(config: dict) -> dict:
         except OSError:
             failed.append(point)
     size = f"size={config['disk_mb']}m"
+    host_tmp = os.open("/tmp", os.O_PATH)  # the interpreter may live under it (a venv in /tmp)
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=1777")
+    keep_from_host_tmp(host_tmp, config["reveal"])
+    os.close(host_tmp)
     reveal(config["reveal"], config["disk_mb"])
     if os.path.isdir("/dev/shm"):
         mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=1777")
