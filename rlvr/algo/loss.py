@@ -54,7 +54,9 @@ def policy_loss(
             raise ValueError(f"kl={recipe.kl!r} in the loss needs ref_logprobs")
         per_token_kl = KL_ESTIMATORS.get(recipe.kl).fn(logprobs, ref_logprobs)
         if recipe.kl_ratio_correction:
-            per_token_kl = importance_corrected(per_token_kl, ratio)
+            # π/π_old per token (TRL), whatever ratio or anchor the policy term uses
+            token = RATIOS.get("token").fn(logprobs, old_logprobs, response_mask)
+            per_token_kl = importance_corrected(per_token_kl, token)
         kl = aggregate(per_token_kl, loss_weights)
         loss = loss + recipe.kl_coef * kl
         stats.add("loss/kl", kl.detach())

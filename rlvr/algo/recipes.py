@@ -380,6 +380,11 @@ def _check_surrogate_fields(recipe: Recipe) -> None:
                 f"{name}={getattr(recipe, name)!r} is read only by surrogate "
                 f"{' or '.join(readers)}, not {recipe.surrogate!r}; remove it or change surrogate"
             )
+    if recipe.surrogate == "gmpo" and RATIOS.get(recipe.ratio).sequence_level:
+        raise ValueError(
+            f"surrogate='gmpo' takes the token ratio and forms its own geometric mean; "
+            f"ratio={recipe.ratio!r} is already per sequence: set ratio='token'"
+        )
     if recipe.zero_adv_skip and recipe.top_entropy_quantile < 1.0:
         raise ValueError(
             f"zero_adv_skip=True with top_entropy_quantile={recipe.top_entropy_quantile}: the "

@@ -129,6 +129,7 @@ def test_covariance_selection_is_per_micro_batch(name):
         ({"is_cap": 5.0}, "is_cap=5.0 is read only by surrogate dppo_tv"),
         ({"kl_ratio_correction": True, "kl": None, "kl_coef": 0.0}, "kl_ratio_correction"),
         ({"surrogate": "clip_cov", "zero_adv_skip": True}, "zero_adv_skip=True"),
+        ({"surrogate": "gmpo", "ratio": "sequence"}, "ratio='sequence' is already per sequence"),
         (
             {"top_entropy_quantile": 0.2, "zero_adv_skip": True},
             "zero_adv_skip=True with top_entropy_quantile=0.2",
@@ -176,3 +177,23 @@ def test_top_entropy_quantile_zeroes_low_entropy_gradients():
     # 18 valid tokens; the top 20 %: ranks above 0.8·17 = 13.6, i.e. 4 tokens move.
     assert int((lp.grad != 0).sum()) == 4
     assert stats.finalize()["grad/token_frac"] == pytest.approx(4 / 18)
+
+
+def test_the_kl_correction_weighs_by_the_token_ratio_whatever_the_policy_ratio():
+    """ρ·k with ρ = π/π_old per token (TRL's use_bias_correction_kl): a sequence ratio in
+    the policy term leaves the KL term as it is under the token ratio."""
+    batch = random_batch(3, [2, 2], [5, 4, 6, 3])
+    kl_terms = []
+    for ratio in ("token", "sequence"):
+        recipe = get_recipe("grpo", ratio=ratio, kl_ratio_correction=True)
+        _, stats = policy_loss(
+            recipe,
+            logprobs=batch.logprobs,
+            old_logprobs=batch.old_logprobs,
+            advantages=batch.mask,
+            loss_weights=batch.mask / 18,
+            response_mask=batch.mask,
+            ref_logprobs=batch.ref_logprobs,
+        )
+        kl_terms.append(stats.sums["loss/kl"])
+    assert kl_terms[0] == kl_terms[1] != 0
