@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import threading
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -43,9 +44,21 @@ RETRY_S = 0.1
 ``except:`` in third-party code (sympy has some) swallows one VerifierTimeout, not all."""
 
 
-def _raise_timeout(signum: int, frame: object) -> None:
+def _raise_timeout(signum: int, frame: Any) -> None:
     signal.setitimer(signal.ITIMER_REAL, RETRY_S)  # again, should this one be swallowed
-    raise VerifierTimeout
+    if not _reporting(frame):
+        raise VerifierTimeout
+
+
+def _reporting(frame: Any) -> bool:
+    """The interrupted code is formatting a traceback: e.g. an unraisable-exception hook
+    reporting a VerifierTimeout that a `__del__` swallowed. Raising there would break the
+    report, not stop the call; the next tick (RETRY_S) raises in the call's own code."""
+    while frame is not None:
+        if frame.f_code.co_filename == traceback.__file__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def alarm_usable() -> bool:

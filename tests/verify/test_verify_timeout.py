@@ -223,3 +223,27 @@ def test_a_swallowed_timeout_fires_again():
     )
     assert done.stdout.startswith("timed out after"), done.stderr
     assert float(done.stdout.split()[-1]) < 5.0
+
+
+def test_the_repeat_alarm_does_not_break_a_traceback_report():
+    """A tick that lands while a traceback is being formatted (an unraisable-exception
+    hook reporting a swallowed VerifierTimeout) waits for the next tick; any other frame
+    gets the VerifierTimeout. Both ticks re-arm the alarm."""
+    import signal
+    from types import SimpleNamespace
+
+    from rlvr.verify import timeout
+
+    def frame(filename, back=None):
+        return SimpleNamespace(f_code=SimpleNamespace(co_filename=filename), f_back=back)
+
+    reporting = frame(__file__, back=frame(timeout.traceback.__file__))
+    old = signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    try:
+        timeout._raise_timeout(signal.SIGALRM, reporting)  # no raise
+        assert signal.getitimer(signal.ITIMER_REAL)[0] > 0
+        with pytest.raises(timeout.VerifierTimeout):
+            timeout._raise_timeout(signal.SIGALRM, frame(__file__))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
