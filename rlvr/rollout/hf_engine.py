@@ -60,6 +60,31 @@ def sample_next(
     return token[:, 0], log_probs.gather(-1, token)[:, 0]
 
 
+def decode_callbacks(limits, params: SamplingParams, generator, eos_id: int, device):
+    """What a decode loop is given, for prompts whose rows may take `limits` tokens each
+    (repeated over each group): `sample` draws the next token and appends its log-prob to
+    `logprobs`; `stop` ends rows at EOS or at their limit, records each row's length in
+    `lengths` (EOS counted), and says whether every row has ended."""
+    lengths = torch.tensor(limits, dtype=torch.long, device=device)
+    lengths = lengths.repeat_interleave(params.group_size)
+    last_step = lengths - 1
+    done = torch.zeros(len(lengths), dtype=torch.bool, device=device)
+    logprobs: list[torch.Tensor] = []
+
+    def sample(logits: torch.Tensor) -> torch.Tensor:
+        token, logprob = sample_next(logits, params, generator)
+        logprobs.append(logprob)
+        return token
+
+    def stop(token: torch.Tensor, step: int) -> bool:
+        ended = ~done & ((token == eos_id) | (last_step == step))
+        lengths.masked_fill_(ended, step + 1)
+        done.logical_or_(ended)
+        return bool(done.all())
+
+    return sample, stop, logprobs, lengths
+
+
 def _cache_kwarg(model: torch.nn.Module) -> str:
     """transformers 5 renamed `past_key_values` to `cache`; accept either."""
     params = inspect.signature(model.base_model.forward).parameters
@@ -162,25 +187,11 @@ class HFEngine(TextPrompts):
         input_ids, attention_mask = left_pad(
             prompt_ids[::group], self.tokenizer.pad_token_id, device
         )
-        batch = len(prompt_ids)
         # A row stops at the model's context even when max_new_tokens would go past it.
         limits = response_limits(map(len, prompt_ids[::group]), params.max_new_tokens, self.context)
-        lengths = torch.tensor(limits, dtype=torch.long, device=device).repeat_interleave(group)
-        last_step = lengths - 1
-        done = torch.zeros(batch, dtype=torch.bool, device=device)
-        logprobs = []
-
-        def sample(logits: torch.Tensor) -> torch.Tensor:
-            token, logprob = sample_next(logits, params, generator)
-            logprobs.append(logprob)
-            return token
-
-        def stop(token: torch.Tensor, step: int) -> bool:
-            ended = ~done & ((token == self.tokenizer.eos_token_id) | (last_step == step))
-            lengths.masked_fill_(ended, step + 1)
-            done.logical_or_(ended)
-            return bool(done.all())
-
+        sample, stop, logprobs, lengths = decode_callbacks(
+            limits, params, generator, self.tokenizer.eos_token_id, device
+        )
         decode = self._static.decode if self._static is not None else self._dynamic_decode
         tokens = decode(input_ids, attention_mask, group, max(limits), sample, stop)
         return torch.stack(tokens, -1), torch.stack(logprobs, -1), lengths

@@ -32,7 +32,7 @@ from transformers import DynamicCache
 from rlvr.models.context import response_limits
 from rlvr.models.fused_llama import STATIC_ROPE_TYPES
 from rlvr.rollout.base import Generation, SamplingParams
-from rlvr.rollout.hf_engine import HFEngine, sample_next
+from rlvr.rollout.hf_engine import HFEngine, decode_callbacks
 
 Cache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (B, Hkv, W, D)
 
@@ -118,21 +118,9 @@ class KVSession:
         self.prefilled += sum(map(len, pending))  # once per prompt: a group forks after
         self.reused += sum(reused)
         limits = response_limits(map(len, prompts), params.max_new_tokens, engine.context)
-        lengths = torch.tensor(limits, dtype=torch.long, device=device).repeat_interleave(group)
-        last_step = lengths - 1
-        done = torch.zeros(len(lengths), dtype=torch.bool, device=device)
-        logprobs = []
-
-        def sample(logits: torch.Tensor) -> torch.Tensor:
-            token, logprob = sample_next(logits, params, generator)
-            logprobs.append(logprob)
-            return token
-
-        def stop(token: torch.Tensor, step: int) -> bool:
-            ended = ~done & ((token == engine.tokenizer.eos_token_id) | (last_step == step))
-            lengths.masked_fill_(ended, step + 1)
-            done.logical_or_(ended)
-            return bool(done.all())
+        sample, stop, logprobs, lengths = decode_callbacks(
+            limits, params, generator, engine.tokenizer.eos_token_id, device
+        )
 
         layout = _Layout(reused, pending, rows, self.cols, device, engine.tokenizer.pad_token_id)
         run = self._static if engine._static is not None else self._dynamic
