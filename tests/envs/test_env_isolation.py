@@ -128,13 +128,23 @@ def _children() -> set[int]:
     return found
 
 
+def _new_children(before: set[int], expected: set[int], wait_s: float = 10.0) -> set[int]:
+    """This process's children that `before` lacks, once they equal `expected` or after
+    `wait_s`: a worker killed from another thread ends a moment later, and other tests'
+    pools (in the same pytest worker) may end theirs at any time, so only new ones count."""
+    deadline = time.monotonic() + wait_s
+    while (new := _children() - before) != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return new
+
+
 def _assert_only_idle_workers_left(before: set[int], pool, idle: int) -> None:
     """The pool holds `idle` workers, and they are this process's only new children;
     closing the pool ends them."""
     assert len(pool.idle) == idle
-    assert _children() == before | {w.pid for w in pool.idle}
+    assert _new_children(before, {w.pid for w in pool.idle}) == {w.pid for w in pool.idle}
     pool.close()
-    assert _children() == before
+    assert _new_children(before, set()) == set()
 
 
 def _alive(pid: int) -> bool:
@@ -252,7 +262,7 @@ def test_workers_end_with_their_episodes_and_on_an_exception():
         generate_for(engine, task, task.problems("train")[:1], params, torch.Generator())
     assert alive[0] == 3  # one worker per live episode
     gc.collect()  # the episodes' proxies: their workers, mid-episode, are killed
-    assert _children() == before and task.environment.pool.idle == []
+    assert _new_children(before, set()) == set() and task.environment.pool.idle == []
 
 
 def test_a_killed_trainer_leaves_no_worker(tmp_path):
