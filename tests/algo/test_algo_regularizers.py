@@ -36,7 +36,8 @@ def test_kl_estimators_hand_values():
 @settings(max_examples=50, deadline=None)
 @given(st.floats(-30.0, 30.0), st.floats(-30.0, 30.0))
 def test_k3_is_nonnegative(logprob, ref):
-    assert float(kl_k3(t([logprob]), t([ref]))[0]) >= 0.0
+    # exp(−Δ) + Δ − 1 in float64 can round to −1e-16 for |Δ| ~ 1e-13
+    assert float(kl_k3(t([logprob]), t([ref]))[0]) >= -1e-12
 
 
 def test_value_loss_clipping_hand_values():
