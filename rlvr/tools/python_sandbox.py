@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from rlvr.tools.sandbox_launcher import processes_of
 from rlvr.tools.special_tokens import neutralise
 
 HERE = Path(__file__).resolve().parent
@@ -151,6 +152,8 @@ def _run(code: str, limits: SandboxLimits, uid: int | None) -> SandboxResult:
         output, reports, stopped = _collect(process, started + limits.timeout_s, limits)
     finally:
         _stop(process, uid)
+        if uid is not None and _alive(uid):  # whatever the launcher's path missed
+            _sweep(uid)
     enforced = _parse_reports(reports)
     _warn_once(enforced)
     return SandboxResult(
@@ -217,6 +220,12 @@ def _stop(process: subprocess.Popen, uid: int | None) -> None:
     finally:
         process.stdout.close()
         process.stderr.close()
+
+
+def _alive(uid: int) -> bool:
+    """Whether a process of `uid`, not a zombie, is left: the uid is released (its lock
+    dropped) only empty, whichever way the launcher ended."""
+    return any(state != "Z" for state in processes_of(uid).values())
 
 
 def _sweep(uid: int) -> None:

@@ -433,3 +433,43 @@ def test_in_a_user_namespace_as_a_non_root_trainer_would(monkeypatch):
     assert processes_running(marker) == []
     _, result = run(f"# {marker}\n" + DAEMON + "time.sleep(1000)\n", **STOPPED)
     assert result.timed_out and processes_running(marker) == []
+
+
+FORGETFUL_LAUNCHER = """
+import json, os, sys, time
+config = json.loads(sys.argv[1])
+if "sweep" in config:  # the trainer's own sweep: the real launcher's
+    os.execv(sys.executable, [sys.executable, "-I", "-S", REAL, sys.argv[1]])
+ready, told = os.pipe()
+child = os.fork()
+if child == 0:  # a process of the call's uid that this launcher forgets to kill
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.setsid()
+    os.setgid(config["uid"])
+    os.setuid(config["uid"])
+    os.write(told, b"1")
+    time.sleep(1000)
+    os._exit(0)
+os.read(ready, 1)
+with open(PID_FILE, "w") as f:
+    f.write(str(child))
+os.write(2, (json.dumps({"namespaces": True, "uid": True, "read_only_root": True}) + "\\n").encode())
+"""
+
+
+@as_root
+def test_the_trainer_sweeps_what_a_launcher_left(monkeypatch, tmp_path):
+    # a launcher that ends normally but leaves a process of the uid behind: the call
+    # returns only once the uid is empty (its lock is then free for the next call)
+    pid_file = tmp_path / "pid"
+    script = tmp_path / "launcher.py"
+    script.write_text(
+        f"REAL = {python_sandbox.LAUNCHER!r}\nPID_FILE = {str(pid_file)!r}\n" + FORGETFUL_LAUNCHER
+    )
+    monkeypatch.setattr(python_sandbox, "LAUNCHER", str(script))
+    run("print('hi')")
+    pid = int(pid_file.read_text())
+    status = Path(f"/proc/{pid}/status")
+    assert not status.exists() or "\nState:\tZ" in status.read_text()
