@@ -4,7 +4,6 @@ run on two gloo ranks equal the single-process ones, checkpoints included (resum
 from __future__ import annotations
 
 import shutil
-import socket
 
 import pytest
 import torch
@@ -65,24 +64,21 @@ def test_two_rank_sharded_step_equals_one_process(small_config, tmp_path, recipe
             assert metrics[key] == pytest.approx(value, rel=1e-4, abs=_abs(key)), key
 
 
-def _run_rank(rank: int, world: int, port: int, cfg, mode: str) -> None:
+def _run_rank(rank: int, world: int, init: str, cfg, mode: str) -> None:
+    """`run_training` as under torchrun (RANK and WORLD_SIZE set), in a group made here
+    over a file store: rank 0 hosting a TCP store could end, and close it, while rank 1
+    still tears down (gloo aborted rank 1 so in 2 of 5 fresh-clone runs); the env://
+    rendezvous itself is tested by test_train_data_parallel's torchrun-style run."""
     import os
 
     torch.set_num_threads(1)
-    os.environ.update(
-        RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
-    )
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world))
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
         run_training(cfg, mode)
         dist.barrier()  # no rank tears down while another is still talking
     finally:
         dist.destroy_process_group()
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _abs(key: str) -> float:
@@ -116,7 +112,7 @@ def test_two_rank_run_writes_and_resumes_the_single_process_run(small_config, tm
         sync_probe=False,
     )
     sharded = small_config(**cfg, steps=2, parallel=parallel, out=str(tmp_path / "fsdp"))
-    _spawn(_run_rank, (2, _port(), sharded, "new"))
+    _spawn(_run_rank, (2, f"file://{tmp_path / 'init-new'}", sharded, "new"))
     run_training(small_config(**cfg, steps=2, out=str(tmp_path / "one")))
     _same_metrics(tmp_path / "fsdp", tmp_path / "one", [0, 1, 2])
     mine = load_trainer_state(tmp_path / "fsdp" / "checkpoint")["optimizers"]["optimizer"]
@@ -128,7 +124,8 @@ def test_two_rank_run_writes_and_resumes_the_single_process_run(small_config, tm
             torch.testing.assert_close(mine["state"][i][name], value, rtol=1e-3, atol=1e-7)
 
     shutil.copytree(tmp_path / "fsdp", tmp_path / "alone")
-    _spawn(_run_rank, (2, _port(), small_config(**{**sharded.to_dict(), "steps": 3}), "resume"))
+    resumed = small_config(**{**sharded.to_dict(), "steps": 3})
+    _spawn(_run_rank, (2, f"file://{tmp_path / 'init-resume'}", resumed, "resume"))
     run_training(small_config(**cfg, steps=3, out=str(tmp_path / "one3")))
     _same_metrics(tmp_path / "fsdp", tmp_path / "one3", [0, 1, 2, 3])
     # The checkpoint is the single-process one: one process resumes it as well.
