@@ -204,6 +204,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             budget_mode=args.budget,
             steps=args.steps,
             tokens=args.tokens,
+            updates=args.updates,
             baseline=args.baseline,
         )
         run = None
@@ -454,9 +455,10 @@ def _add_compare(sub) -> None:
     p.add_argument("--recipes", help="comma-separated recipes, e.g. grpo,dapo,gspo")
     p.add_argument("--seeds", help="a count (3 → seeds 0,1,2) or a list (0,4,7)")
     p.add_argument("--task", help=_task_help())
-    p.add_argument("--budget", choices=("steps", "tokens"), help="equal-budget mode")
-    p.add_argument("--steps", type=int, help="optimizer steps per cell (tokens budget: the cap)")
+    p.add_argument("--budget", choices=("steps", "tokens", "updates"), help="equal-budget mode")
+    p.add_argument("--steps", type=int, help="training steps per cell (tokens budget: the cap)")
     p.add_argument("--tokens", type=int, help="generated tokens per cell (budget tokens)")
+    p.add_argument("--updates", type=int, help="optimizer updates per cell (budget updates)")
     p.add_argument("--baseline", help="label the others are compared against (default: first)")
     p.add_argument("--jobs", type=int, help="cells run in parallel processes (default: 1)")
     p.add_argument("--out", help="output directory; finished cells are never redone")

@@ -12,6 +12,8 @@ Each difference is one of three kinds:
 The report prints ✔ only when every difference is `compared` and every compared field
 does differ; otherwise ✘ with the list. `seed` and `out` name the run, and `warm_seed`
 may differ between seeds (`warm_seed: per_seed`); none of them is a setting compared here.
+Under a budget of equal optimizer updates each cell's `steps` follows from its budget and
+is not a difference either (the report's budget line states the steps measured).
 """
 
 from __future__ import annotations
@@ -93,12 +95,17 @@ def _inert(key: str, cell: CellResult, baseline: CellResult) -> bool:
 
 
 def config_differences(
-    cell: CellResult, baseline: CellResult, compares: Sequence[str] = ()
+    cell: CellResult,
+    baseline: CellResult,
+    compares: Sequence[str] = (),
+    budget_keys: frozenset[str] = frozenset(),
 ) -> list[Difference]:
-    """Every setting whose value differs between `cell` and `baseline` (`recorded`)."""
+    """Every setting whose value differs between `cell` and `baseline` (`recorded`), but
+    `budget_keys`: the fields the matrix budget sets per cell."""
     compared = compared_keys(cell, baseline, compares)
     package = package_keys(cell, baseline)
-    ignored = RUN_IDENTITY | (PER_SEED if cell.cell.seed != baseline.cell.seed else set())
+    ignored = RUN_IDENTITY | budget_keys
+    ignored |= PER_SEED if cell.cell.seed != baseline.cell.seed else set()
     keys = sorted(set(cell.config) | set(baseline.config) | compared - ignored)
     found = []
     for key in keys:
@@ -122,7 +129,10 @@ def baseline_for(cell: CellResult, baselines: dict[int, CellResult]) -> CellResu
 
 
 def all_differences(
-    results: list[CellResult], baseline_label: str, compares: Sequence[str] = ()
+    results: list[CellResult],
+    baseline_label: str,
+    compares: Sequence[str] = (),
+    budget_keys: frozenset[str] = frozenset(),
 ) -> list[Difference]:
     """Differences of every non-baseline cell (and every baseline seed) from the baseline."""
     baselines = {r.cell.seed: r for r in results if r.cell.label == baseline_label}
@@ -136,7 +146,7 @@ def all_differences(
         other = (
             reference if result.cell.label == baseline_label else baseline_for(result, baselines)
         )
-        found += config_differences(result, other, compares)
+        found += config_differences(result, other, compares, budget_keys)
     return found
 
 

@@ -26,7 +26,7 @@ from rlvr.train.config import (
     resolve_config,
 )
 
-BUDGET_MODES = ("steps", "tokens")
+BUDGET_MODES = ("steps", "tokens", "updates")
 SPEC_KEYS = {"base", "recipes", "overrides", "seeds", "budget", "baseline", "hypothesis"}
 SPEC_KEYS |= {"compares", "warm_seed"}
 WARM_SEEDS = ("shared", "per_seed")
@@ -36,8 +36,10 @@ DEFAULT_MAX_STEPS = 100_000
 
 @dataclass(frozen=True)
 class Budget:
-    """Equal budget per cell: the same optimizer `steps`, or the same generated `tokens`
-    (so samples that dynamic sampling discards count against the recipe that drew them)."""
+    """Equal budget per cell: the same training `steps` (rollout batches), the same
+    generated `tokens` (so samples that dynamic sampling discards count against the recipe
+    that drew them), or the same optimizer `updates` (steps = value / (num_minibatches ×
+    ppo_epochs) per cell: more minibatches per rollout batch, fewer rollout batches)."""
 
     mode: str = "steps"
     value: int = 50
@@ -45,7 +47,9 @@ class Budget:
 
     def __post_init__(self) -> None:
         if self.mode not in BUDGET_MODES:
-            raise ValueError(f"budget.mode={self.mode!r} is unknown; valid: steps, tokens")
+            raise ValueError(
+                f"budget.mode={self.mode!r} is unknown; valid: {', '.join(BUDGET_MODES)}"
+            )
         for name in ("value", "max_steps"):
             check_int(f"budget.{name}", getattr(self, name))
 
@@ -54,16 +58,35 @@ class Budget:
         # epochs) may differ between cells, so the budget line reports them measured.
         if self.mode == "steps":
             return f"equal training steps (rollout batches): {self.value} per cell"
+        if self.mode == "updates":
+            return (
+                f"equal optimizer updates: {self.value} per cell (training steps = "
+                f"{self.value} / (num_minibatches × ppo_epochs) of each cell)"
+            )
         return (
             f"equal generated tokens: each cell stops after the step at which its cumulative "
             f"generated tokens reach {self.value:,} (discarded samples count; cap "
             f"{self.max_steps} steps)"
         )
 
-    def config_fields(self) -> dict[str, Any]:
-        """The TrainConfig fields that impose this budget."""
+    @property
+    def per_cell_keys(self) -> frozenset[str]:
+        """Config fields this budget sets to a different value per cell."""
+        return frozenset({"steps"}) if self.mode == "updates" else frozenset()
+
+    def config_fields(self, updates_per_step: int = 1) -> dict[str, Any]:
+        """The TrainConfig fields that impose this budget on a cell taking
+        `updates_per_step` optimizer updates per training step."""
         if self.mode == "steps":
             return {"steps": self.value}
+        if self.mode == "updates":
+            if self.value % updates_per_step:
+                raise ValueError(
+                    f"budget.mode='updates': value {self.value} is not a multiple of the "
+                    f"{updates_per_step} optimizer updates per step (num_minibatches × "
+                    f"ppo_epochs); choose a value every condition divides"
+                )
+            return {"steps": self.value // updates_per_step}
         if "max_generated_tokens" not in TRAIN_KEYS:
             raise ValueError(
                 "budget.mode='tokens' needs TrainConfig.max_generated_tokens, which this "
@@ -117,9 +140,12 @@ class MatrixSpec:
         for label, values in self.overrides.items():
             if not isinstance(values, dict):
                 raise ValueError(f"overrides.{label} must map fields to values")
-            bad = {"recipe", "seed", "out"} & set(values)
+            bad = {"recipe", "seed", "out", "steps", "max_generated_tokens"} & set(values)
             if bad:
-                raise ValueError(f"overrides.{label} sets {sorted(bad)}: set by the matrix")
+                raise ValueError(
+                    f"overrides.{label} sets {sorted(bad)}: set by the matrix (its budget "
+                    f"sets steps; budget.mode 'updates' gives each cell its own)"
+                )
         labels = self.labels()
         duplicates = sorted({label for label in labels if labels.count(label) > 1})
         if duplicates:
@@ -176,16 +202,16 @@ class MatrixSpec:
 
     def cells(self, out_dir: str | Path) -> list[Cell]:
         """Every cell, each with its full config dict; configs are validated here."""
-        budget = self.budget.config_fields()
         cells = []
         for seed in self.seeds:
             for label, recipe, values in self._conditions():
                 cell_dir = Path(out_dir) / "cells" / f"{label}-seed{seed}"
-                config = {**self.base, **values, **budget}
-                config.update(recipe=recipe, seed=seed, out=str(cell_dir), progress=False)
-                if self.warm_seed == "per_seed":
-                    config["warm_seed"] = seed
+                config = {**self.base, **values, "recipe": recipe}
                 try:
+                    config |= self.budget.config_fields(_updates_per_step(config))
+                    config.update(recipe=recipe, seed=seed, out=str(cell_dir), progress=False)
+                    if self.warm_seed == "per_seed":
+                        config["warm_seed"] = seed
                     resolve_config(config)
                 except ValueError as err:
                     raise ValueError(f"cell {label}-seed{seed}: {err}") from None
@@ -207,6 +233,12 @@ class MatrixSpec:
             **({"compares": list(self.compares)} if self.compares else {}),
             **({"warm_seed": self.warm_seed} if self.warm_seed != "shared" else {}),
         }
+
+
+def _updates_per_step(config: dict[str, Any]) -> int:
+    """Optimizer updates per training step of a cell's config (recipe defaults applied)."""
+    resolved = resolve_config(config)
+    return resolved.num_minibatches * resolved.ppo_epochs
 
 
 def safe_label(label: str) -> str:
@@ -277,21 +309,34 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     return tuple(values)
 
 
-def _merge_budget(budget, mode, steps, tokens, default_steps) -> dict[str, Any]:
+def _merge_budget(budget, mode, steps, tokens, default_steps, updates=None) -> dict[str, Any]:
     """The budget mapping after command-line values: in steps mode `steps` (else the base
-    config's steps) is the value; in tokens mode `tokens` is the value, `steps` the cap."""
+    config's steps) is the value; in tokens mode `tokens` is the value, `steps` the cap; in
+    updates mode `updates` is the value (training steps follow per cell)."""
     if budget is not None and not isinstance(budget, dict):
         raise ValueError(f"budget must be a mapping {{mode, value}}, got {budget!r}")
     budget = dict(budget or {})
-    mode = mode or ("tokens" if tokens else budget.get("mode", "steps"))
+    implied = "tokens" if tokens else "updates" if updates else None
+    mode = mode or implied or budget.get("mode", "steps")
     if mode != budget.get("mode", "steps"):
         budget = {}  # a value in other units must not carry over
     budget["mode"] = mode
-    for name, given in (("--steps", steps), ("--tokens", tokens)):
+    for name, given in (("--steps", steps), ("--tokens", tokens), ("--updates", updates)):
         if given is not None and (isinstance(given, bool) or given < 1):
             raise ValueError(f"{name} must be an integer ≥ 1, got {given!r}")
+    unused = [
+        n
+        for n, v, m in (("--tokens", tokens, "tokens"), ("--updates", updates, "updates"))
+        if v and mode != m
+    ]
+    if unused or (mode == "updates" and steps):
+        name = unused[0] if unused else "--steps"
+        raise ValueError(f"{name} does not apply to budget.mode={mode!r}")
     if mode == "tokens":
         budget.update({k: v for k, v in (("value", tokens), ("max_steps", steps)) if v})
+        return budget
+    if mode == "updates":
+        budget.update({"value": updates} if updates else {})
         return budget
     value = steps or budget.get("value") or default_steps
     if value:
@@ -310,11 +355,12 @@ def spec_from_options(
     steps: int | None = None,
     tokens: int | None = None,
     baseline: str | None = None,
+    updates: int | None = None,
 ) -> MatrixSpec:
     """Merge a matrix YAML, a training config used as the base (its recipe, seed, out and
     steps are dropped: the matrix sets them; its steps become the default step budget),
     base-field overrides and explicit command-line values (highest priority). In tokens
-    mode `steps` is the step cap."""
+    mode `steps` is the step cap; in updates mode `updates` is the budget."""
     data = dict(matrix or {})
     base = dict(train_config or {})
     default_steps = base.get("steps")
@@ -326,7 +372,9 @@ def spec_from_options(
         apply_override(data["base"], assignment)
     explicit = {"recipes": recipes, "seeds": list(seeds) if seeds else None}
     data.update({k: v for k, v in explicit.items() if v is not None})
-    data["budget"] = _merge_budget(data.get("budget"), budget_mode, steps, tokens, default_steps)
+    data["budget"] = _merge_budget(
+        data.get("budget"), budget_mode, steps, tokens, default_steps, updates
+    )
     if baseline is not None:
         data["baseline"] = baseline
     return spec_from_dict(data)

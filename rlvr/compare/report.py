@@ -345,7 +345,7 @@ def build_report(
     groups = _group(results)
     fits, fit_notes = fit_curves(groups)
     diff_text, warnings = differences_section(
-        all_differences(results, spec.baseline_label, spec.compares),
+        all_differences(results, spec.baseline_label, spec.compares, spec.budget.per_cell_keys),
         spec.labels(),
         spec.baseline_label,
         spec.compares,

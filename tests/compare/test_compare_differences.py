@@ -47,7 +47,7 @@ def _matrix_results(data: dict) -> tuple[list[CellResult], object]:
 
 def _section(data: dict) -> tuple[str, list[str]]:
     results, spec = _matrix_results(data)
-    diffs = all_differences(results, spec.baseline_label, spec.compares)
+    diffs = all_differences(results, spec.baseline_label, spec.compares, spec.budget.per_cell_keys)
     return differences_section(diffs, spec.labels(), spec.baseline_label, spec.compares)
 
 
@@ -112,3 +112,21 @@ def test_a_declared_field_that_does_not_differ_is_not_ticked():
         all_differences(results, "a", spec.compares), spec.labels(), "a", spec.compares
     )
     assert not ok and problems == ["b does not differ in compared field(s) clip_high"]
+
+
+def test_equal_updates_give_each_cell_its_steps_without_a_difference():
+    # 2 vs 8 minibatches at 16 optimizer updates: 8 and 2 training steps; `steps` is the
+    # budget's doing, so only the compared field is listed
+    data = {
+        "recipes": ["grpo"],
+        "overrides": {"mb2": {"num_minibatches": 2}, "mb8": {"num_minibatches": 8}},
+        "budget": {"mode": "updates", "value": 16},
+        "compares": ["num_minibatches"],
+    }
+    results, _ = _matrix_results(data)
+    assert [r.config["steps"] for r in results] == [8, 2]
+    text, warnings = _section(data)
+    assert "Only the compared fields differ between conditions. ✔" in text
+    assert "`steps`" not in text and warnings == []
+    text, _ = _section({**data, "budget": {"mode": "steps", "value": 4}})
+    assert "Only the compared fields differ" in text  # equal steps: nothing else differs

@@ -45,6 +45,7 @@ def test_override_labels_and_yaml_form(tmp_path):
         ({"recipes": ["grpo"], "baseline": "dapo"}, "baseline='dapo'"),
         ({"overrides": {"x": {"seed": 1}}}, "overrides.x"),
         ({"budget": {"value": 0}}, "budget.value"),
+        ({"overrides": {"x": {"steps": 5}}}, r"overrides.x sets \['steps'\]"),
     ],
 )
 def test_bad_specs_name_the_field(data, message):
@@ -74,6 +75,26 @@ def test_budget_from_options():
     assert tokens.budget == Budget("tokens", 5000, max_steps=40)
     with pytest.raises(ValueError, match=r"needs budget\.value"):
         spec_from_options(budget_mode="tokens")
+
+
+def test_an_updates_budget_sets_each_cells_steps(tmp_path):
+    spec = spec_from_dict({
+        "base": {"prompts_per_step": 8},
+        "recipes": ["grpo"],
+        "overrides": {"mb2": {"num_minibatches": 2}, "mb4x2": {"num_minibatches": 4, "ppo_epochs": 2}},
+        "budget": {"mode": "updates", "value": 200},
+    })  # fmt: skip
+    assert [c.config["steps"] for c in spec.cells(tmp_path)] == [100, 25]
+    assert "equal optimizer updates: 200 per cell" in spec.budget.describe()
+    odd = spec_from_dict({**spec.to_dict(), "budget": {"mode": "updates", "value": 30}})
+    with pytest.raises(ValueError, match=r"cell mb4x2-seed0: budget.mode='updates': value 30 "):
+        odd.cells(tmp_path)
+    merged = spec_from_options(matrix=spec.to_dict(), updates=16)
+    assert merged.budget == Budget("updates", 16)
+    with pytest.raises(ValueError, match=r"--steps does not apply to budget.mode='updates'"):
+        spec_from_options(matrix=spec.to_dict(), steps=3)
+    with pytest.raises(ValueError, match=r"--updates does not apply to budget.mode='steps'"):
+        spec_from_options(budget_mode="steps", updates=3)
 
 
 def test_warm_seed_per_seed_varies_the_warm_start_with_the_seed(tmp_path):
