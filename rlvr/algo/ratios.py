@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 
 from rlvr.algo.registry import register_ratio
-from rlvr.algo.rollout_correction import truncated_weight
 
 MAX_LOG_RATIO = 20.0
 
@@ -81,28 +80,3 @@ def prefix_min_ratio(
     # An empty prefix (the first token) has ρ̲ = 1, i.e. log ρ̲ = 0.
     prefix_min = torch.where(torch.isinf(prefix_min), torch.zeros_like(prefix_min), prefix_min)
     return (prefix_min.detach() + log_ratio).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()
-
-
-def sequence_tis_weight(
-    old_logprobs: torch.Tensor,
-    sampler_logprobs: torch.Tensor,
-    response_mask: torch.Tensor,
-    cap: float,
-) -> torch.Tensor:
-    """Geometric TIS: w_i = min(exp(mean_t(logπ_old − logπ_sampler)), C), broadcast to (N, T);
-    `rollout_correction="geometric_tis"` (rlvr/algo/rollout_correction.py)."""
-    return truncated_weight(
-        old_logprobs, sampler_logprobs, response_mask, None, cap, level="geometric"
-    )
-
-
-def token_tis_weight(
-    old_logprobs: torch.Tensor,
-    sampler_logprobs: torch.Tensor,
-    response_mask: torch.Tensor,
-    cap: float,
-) -> torch.Tensor:
-    """Truncated importance sampling (Yao 2025, "Your efficient RL framework secretly brings
-    you off-policy RL training"): w_{i,t} = min(exp(logπ_old − logπ_sampler), C), no gradient;
-    `rollout_correction="token_tis"` (rlvr/algo/rollout_correction.py)."""
-    return truncated_weight(old_logprobs, sampler_logprobs, response_mask, None, cap, level="token")

@@ -8,11 +8,10 @@ from algo_testlib import F64, mask_of, padded
 from rlvr.algo.ratios import (
     prefix_min_ratio,
     sequence_ratio,
-    sequence_tis_weight,
     sequence_token_ratio,
     token_ratio,
-    token_tis_weight,
 )
+from rlvr.algo.rollout_correction import truncated_weight
 
 close = torch.testing.assert_close
 
@@ -112,8 +111,8 @@ def test_tis_weights_hand_values():
     old = torch.tensor([[0.5, -0.5, 1.0, 3.0]], dtype=F64)
     sampler = torch.zeros(1, 4, dtype=F64)
     mask = mask_of([3], 4)
-    w = token_tis_weight(old, sampler, mask, cap=2.0)
+    w = truncated_weight(old, sampler, mask, None, 2.0, level="token")
     close(w, torch.tensor([[math.exp(0.5), math.exp(-0.5), 2.0, 0.0]], dtype=F64))
     # Sequence TIS: mean Δ over valid tokens = (0.5 − 0.5 + 1.0)/3 = 1/3 → e^{1/3} = 1.3956 < 2.
-    ws = sequence_tis_weight(old, sampler, mask, cap=2.0)
+    ws = truncated_weight(old, sampler, mask, None, 2.0, level="geometric")
     close(ws[0, :3], torch.full((3,), math.exp(1 / 3), dtype=F64))
