@@ -20,8 +20,9 @@ either way). Both of the engine's paths are covered: rlvr's lean decode loop
 (`StaticDecoder.decode_from`) and the model's own forward with a `DynamicCache`
 (`past_key_values`). Models with sliding-window or non-attention layers (their caches
 drop or transform columns), dynamic RoPE (its angles follow the length) and wrapped
-engines get no session (`open_session` → None):
-the caller re-prefills.
+engines get no session (`open_session` → None): the caller re-prefills. The precision
+wrappers keep theirs: a bf16 sampler copy is an HFEngine of its own, and an engine under
+the trainer's autocast runs its session under that autocast too.
 """
 
 from __future__ import annotations
@@ -38,7 +39,11 @@ Cache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (B, H
 
 
 def open_session(engine) -> KVSession | None:
-    """A session over `engine` when it can keep caches between calls, else None."""
+    """A session over `engine` when it can keep caches between calls, else None. A wrapper
+    that keeps the rows as they are opens its own (`engine.open_session()`, looked up on
+    its class: the precision wrappers of rlvr.train.precision do)."""
+    if hasattr(type(engine), "open_session"):
+        return engine.open_session()
     if type(engine) is not HFEngine:  # a wrapper (e.g. ForcedInterruption) changes the rows
         return None
     if engine._static is not None:

@@ -30,6 +30,7 @@ from rlvr.models.precision import (
     low_precision_copy,
     model_device,
 )
+from rlvr.rollout.kv_session import open_session
 
 SAMPLER_PRECISIONS = ("same", "bf16")
 
@@ -108,6 +109,10 @@ class OwnCopyEngine:
         copy_weights(self.policy, self.sampler_model)
         self.engine.sync_weights()
 
+    def open_session(self) -> Any:
+        """The multi-turn KV session of the engine over the copy (rlvr.rollout.kv_session)."""
+        return open_session(self.engine)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
 
@@ -134,8 +139,27 @@ class AutocastEngine:
         with self._autocast():
             return self.engine.score_ids(*args, **kwargs)
 
+    def open_session(self) -> Any:
+        """The engine's multi-turn KV session, its calls under this autocast too."""
+        session = open_session(self.engine)
+        return None if session is None else _AutocastSession(session, self._autocast)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
+
+
+class _AutocastSession:
+    """A KV session whose calls run under the trainer's autocast, as its engine's do."""
+
+    def __init__(self, session: Any, autocast_: Callable[[], Any]) -> None:
+        self.session, self._autocast = session, autocast_
+
+    def generate_ids(self, *args: Any, **kwargs: Any) -> Any:
+        with self._autocast():
+            return self.session.generate_ids(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
 
 
 BF16_PROBE_TOLERANCE = 5e-2

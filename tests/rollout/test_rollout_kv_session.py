@@ -20,11 +20,13 @@ from transformers import (
 from rlvr.envs.base import Environment, Reply
 from rlvr.envs.budgets import EpisodeBudgets
 from rlvr.models import CharTokenizer, build_tiny_policy, response_logprobs, tiny_qwen2_config
+from rlvr.models.precision import bf16_supported, low_precision_copy
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout import episodes as episodes_module
 from rlvr.rollout.episodes import run_episodes
 from rlvr.rollout.interrupt import ForcedInterruption
 from rlvr.rollout.kv_session import KVSession, open_session
+from rlvr.train.precision import AutocastEngine, OwnCopyEngine
 
 TOK = CharTokenizer()
 
@@ -200,3 +202,27 @@ def test_no_session_where_the_cache_cannot_be_kept():
     wrapped = ForcedInterruption(HFEngine(qwen2(), TOK), TOK, budget=4, phrase="!")
     assert open_session(wrapped) is None
     assert open_session(HFEngine(llama_gqa(), TOK, static_cache=False)) is not None
+
+
+@pytest.mark.skipif(not bf16_supported("cpu"), reason="no native bf16 on this CPU")
+def test_the_precision_wrappers_keep_a_session():
+    # a bf16 sampler copy: the session is its own engine's; the trainer's module under bf16
+    # autocast: the session's calls run under that autocast too, as the engine's do
+    policy = qwen2()
+    twin = low_precision_copy(policy, torch.bfloat16)
+    own = OwnCopyEngine(HFEngine(twin, TOK), policy, twin)
+    session = open_session(own)
+    assert isinstance(session, KVSession) and session.engine is own.engine
+    autocast_engine = AutocastEngine(HFEngine(policy, TOK), "bf16", policy)
+    prompt, params = TOK.encode("Q: 1+2=? A:"), SamplingParams(group_size=2, max_new_tokens=4)
+
+    def sample(source):
+        return source.generate_ids([prompt], params, torch.Generator().manual_seed(0))
+
+    ours = sample(open_session(autocast_engine))
+    full = sample(autocast_engine)
+    plain = sample(open_session(HFEngine(policy, TOK)))
+    assert torch.equal(ours.response_ids, full.response_ids)
+    torch.testing.assert_close(ours.sampler_logprobs, full.sampler_logprobs, rtol=0, atol=5e-2)
+    gap = (ours.sampler_logprobs - plain.sampler_logprobs).abs().max()
+    assert gap > 1e-4  # bf16 rounding: the session did run under the autocast
