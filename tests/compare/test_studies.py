@@ -1,4 +1,6 @@
-"""Every committed study is a valid matrix with a pre-registered hypothesis of ≥ 5 seeds."""
+"""Every committed study is a valid matrix with a pre-registered hypothesis of ≥ 5 seeds,
+but prediction studies (no verdict: `rlvr compare --predict` judges early fits against the
+rest of the runs), whose header gives that command and the question asked beforehand."""
 
 from pathlib import Path
 
@@ -7,7 +9,9 @@ import pytest
 from rlvr.compare.matrix import load_spec
 from rlvr.compare.verdict import hypothesis_from_dict
 
-STUDIES = sorted((Path(__file__).parents[2] / "studies").glob("*/matrix.yaml"))
+MATRICES = sorted((Path(__file__).parents[2] / "studies").glob("*/matrix.yaml"))
+STUDIES = [p for p in MATRICES if load_spec(p).hypothesis is not None]
+PREDICTION_STUDIES = [p for p in MATRICES if p not in STUDIES]
 
 
 def test_there_are_at_least_five_studies():
@@ -22,6 +26,15 @@ def test_study_is_preregistered(path, tmp_path):
     assert hypothesis.min_seeds >= 5 and len(spec.seeds) >= hypothesis.min_seeds
     assert hypothesis.evalsize.startswith("rlvr evalsize")
     assert spec.cells(tmp_path)  # every cell's config resolves
+    assert path.parent.name in (path.parents[1] / "README.md").read_text()
+
+
+@pytest.mark.parametrize("path", PREDICTION_STUDIES, ids=lambda p: p.parent.name)
+def test_a_study_without_a_hypothesis_is_a_preregistered_prediction_study(path, tmp_path):
+    header = path.read_text().split("\nbase:")[0]
+    assert "Pre-registered" in header and "Question" in header
+    assert f"--matrix {path.relative_to(path.parents[2])}" in header and "--predict" in header
+    assert load_spec(path).cells(tmp_path)
     assert path.parent.name in (path.parents[1] / "README.md").read_text()
 
 
