@@ -194,6 +194,13 @@ class TrainConfig:
         "recipe's fp32_head keeps the LM head in float32; docs/precision.md)",
         "fp32",
     )
+    sampler_lag: int = _doc(
+        "the in-process hf engine samples from a copy of the policy this many updates "
+        "behind it, as an async sampler would (deterministic, no Ray; the lag shows in "
+        "rollout/mismatch_* and rollout_correction applies; rlvr/train/sampler_lag.py); 0: "
+        "the current policy",
+        0,
+    )
     sampler_precision: str = _doc(
         "what the hf engine samples from: 'same' (the trainer's module, in its precision) or "
         "'bf16' (a bf16 copy of its own, synced after every update, as vLLM's; its drift "
@@ -268,7 +275,7 @@ class TrainConfig:
             value = getattr(self, name)
             if not is_number(value) or not value >= 0:
                 raise ValueError(f"{name} must be a number ≥ 0, got {value!r}")
-        for name in ("save_every", "eval_size", "rollout_actors", "max_lag"):
+        for name in ("save_every", "eval_size", "rollout_actors", "max_lag", "sampler_lag"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)!r}")
         if self.max_grad_norm < 0:

@@ -41,6 +41,7 @@ from rlvr.train.precision import check_device, probe_tolerance, sampling_engine
 from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.rng_state import load_rng_state, rng_state
 from rlvr.train.rollout_record import Rollout
+from rlvr.train.sampler_lag import find_lagged
 from rlvr.train.step_metrics import step_metrics
 from rlvr.train.sync_probe import make_sync_probe
 from rlvr.train.teacher_model import load_teacher, teacher_metrics
@@ -125,6 +126,7 @@ class Trainer:
             model,
             cfg.precision,
             cfg.sampler_precision,
+            cfg.sampler_lag,
         )
         if cfg.think_budget is not None:
             engine = ForcedInterruption(
@@ -234,6 +236,8 @@ class Trainer:
         started = time.perf_counter()
         prepared = None if rollout is None else self._prepare(rollout)
         metrics = step_metrics(collected, prepared, self.cfg.prompts_per_step)
+        if (lagged := find_lagged(self.engine)) is not None:  # versions behind, as async logs it
+            metrics["async/lag_mean"] = metrics["async/lag_max"] = float(lagged.version_lag)
         self.last_batch = (collected, prepared)  # the completions table reads what was used
         if rollout is not None and rollout.teacher_logprobs is not None:
             metrics.update(teacher_metrics(rollout, self.teacher_s))
@@ -431,6 +435,9 @@ class Trainer:
             "last_eval_items": getattr(self, "last_eval_items", None),
             "config": self.cfg.to_dict(),
             "entropy_control": None if control is None else control.state_dict(),
+            "sampler_lag": None
+            if (lagged := find_lagged(self.engine)) is None
+            else lagged.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -443,6 +450,8 @@ class Trainer:
             self.last_eval_items = state["last_eval_items"]
         if self.entropy_control is not None:
             self.entropy_control = self.entropy_control.with_state(state["entropy_control"])
+        if (lagged := find_lagged(self.engine)) is not None:  # the caller syncs after this
+            lagged.load_state_dict(state["sampler_lag"])
 
     def _optimizer_states(self) -> dict[str, Any]:
         """The state dicts of the optimizers and LR schedulers, by attribute name."""

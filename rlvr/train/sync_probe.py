@@ -17,6 +17,7 @@ own kernels (bf16), so its noise floor is higher. `sync_probe_tol` overrides bot
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -107,6 +108,13 @@ class SyncProbe:
 def make_sync_probe(cfg, task, tokenizer, model: torch.nn.Module) -> SyncProbe | None:
     """The run's probe (None with `sync_probe: false`), on the task's training prompts."""
     if not cfg.sync_probe:
+        return None
+    if getattr(cfg, "sampler_lag", 0):
+        warnings.warn(
+            f"sync_probe is off with sampler_lag={cfg.sampler_lag}: the sampler holds older "
+            f"weights than the trainer by design; set sync_probe: false to silence this",
+            stacklevel=2,
+        )
         return None
     tolerance = cfg.sync_probe_tol or default_tolerance(cfg.rollout_engine, model)
     return SyncProbe.from_problems(task.problems("train"), tokenizer, tolerance)
