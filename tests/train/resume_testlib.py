@@ -12,6 +12,9 @@ from process_testlib import env, rlvr_command, steps_logged
 from process_testlib import start_and_signal as start_signalled
 from safetensors.torch import load_file
 
+from rlvr.train.checkpoint import save_checkpoint
+from rlvr.train.loop import Trainer
+
 __all__ = ["env", "steps_logged"]
 SMALL_ARGS = [
     "--set", "prompts_per_step=4",
@@ -56,3 +59,14 @@ def without_time(out: Path) -> list[dict]:
 SIGKILL = signal.SIGKILL
 SIGINT = signal.SIGINT
 SIGTERM = signal.SIGTERM
+
+
+def trained_and_saved(cfg, steps: int, directory):
+    """A Trainer of `cfg` after `steps` steps, and the checkpoint it saved in `directory`
+    (what `rlvr train` writes; the run state left empty)."""
+    trainer = Trainer(cfg)
+    for _ in range(steps):
+        trainer.train_step()
+        trainer.step += 1
+    state = {**trainer.state_dict(), "run": {}}
+    return trainer, save_checkpoint(directory, trainer.full_policy, trainer.tokenizer, state)

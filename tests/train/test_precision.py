@@ -8,10 +8,10 @@ import warnings
 
 import pytest
 import torch
+from resume_testlib import trained_and_saved
 
 from rlvr.models.precision import bf16_supported
 from rlvr.train import precision as train_precision
-from rlvr.train.checkpoint import save_checkpoint
 from rlvr.train.config import resolve_config
 from rlvr.train.loop import Trainer
 from rlvr.train.precision import BF16_PROBE_TOLERANCE, AutocastEngine, OwnCopyEngine
@@ -105,13 +105,7 @@ def test_resume_restores_master_weights_and_rederives_the_same_bf16_copy(small_c
     rounds them into the sampler's copy, which then equals the uninterrupted run's
     bit for bit, and the next step is the same step."""
     cfg = small_config(steps=3, **BF16)
-    first = Trainer(cfg)
-    for _ in range(2):
-        first.train_step()
-        first.step += 1
-    saved = save_checkpoint(
-        tmp_path / "ckpt", first.full_policy, first.tokenizer, {**first.state_dict(), "run": {}}
-    )
+    first, saved = trained_and_saved(cfg, 2, tmp_path / "ckpt")
     resumed = Trainer(cfg)
     fresh = {n: p.clone() for n, p in resumed.engine.sampler_model.named_parameters()}
     _restore(resumed, saved)

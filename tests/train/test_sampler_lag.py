@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from resume_testlib import trained_and_saved
 
-from rlvr.train.checkpoint import save_checkpoint
 from rlvr.train.loop import Trainer
 from rlvr.train.run import _restore
 from rlvr.train.sampler_lag import find_lagged
@@ -51,13 +51,7 @@ def test_the_lag_shows_in_the_mismatch_metrics(small_config):
 
 def test_a_resumed_run_samples_as_the_uninterrupted_one(small_config, tmp_path):
     cfg = small_config(steps=4, sampler_lag=2, lr=1e-3, **NO_PROBE)
-    first = Trainer(cfg)
-    for _ in range(2):
-        first.train_step()
-        first.step += 1
-    saved = save_checkpoint(
-        tmp_path / "ckpt", first.full_policy, first.tokenizer, {**first.state_dict(), "run": {}}
-    )
+    first, saved = trained_and_saved(cfg, 2, tmp_path / "ckpt")
     resumed = Trainer(cfg)
     _restore(resumed, saved)
     mine, theirs = find_lagged(resumed.engine), find_lagged(first.engine)
