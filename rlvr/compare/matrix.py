@@ -324,14 +324,12 @@ def _merge_budget(budget, mode, steps, tokens, default_steps, updates=None) -> d
     for name, given in (("--steps", steps), ("--tokens", tokens), ("--updates", updates)):
         if given is not None and (isinstance(given, bool) or given < 1):
             raise ValueError(f"{name} must be an integer ≥ 1, got {given!r}")
-    unused = [
-        n
-        for n, v, m in (("--tokens", tokens, "tokens"), ("--updates", updates, "updates"))
-        if v and mode != m
-    ]
-    if unused or (mode == "updates" and steps):
-        name = unused[0] if unused else "--steps"
-        raise ValueError(f"{name} does not apply to budget.mode={mode!r}")
+    applies = {"--tokens": mode == "tokens", "--updates": mode == "updates"}
+    applies["--steps"] = mode != "updates"  # tokens: the step cap
+    given = {"--steps": steps, "--tokens": tokens, "--updates": updates}
+    wrong = [name for name, value in given.items() if value and not applies[name]]
+    if wrong:
+        raise ValueError(f"{wrong[0]} does not apply to budget.mode={mode!r}")
     if mode == "tokens":
         budget.update({k: v for k, v in (("value", tokens), ("max_steps", steps)) if v})
         return budget

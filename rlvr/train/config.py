@@ -29,6 +29,7 @@ from rlvr.train.config_checks import (
 )
 from rlvr.train.hf_setup import check_options as check_hf_options
 from rlvr.train.precision import check_precision
+from rlvr.train.sampler_lag import check_sampler_lag
 from rlvr.train.teacher_model import check_teacher
 
 
@@ -314,6 +315,7 @@ class TrainConfig:
         check_teacher(self.teacher, recipe, self.parallel)
         check_hf_options(self)
         check_precision(self, recipe)
+        check_sampler_lag(self)
         check_reward_fields(self, recipe)
         check_group_size(self.group_size, recipe)
         check_warm_start_fields(self)

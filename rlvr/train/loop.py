@@ -41,7 +41,7 @@ from rlvr.train.precision import check_device, probe_tolerance, sampling_engine
 from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.rng_state import load_rng_state, rng_state
 from rlvr.train.rollout_record import Rollout
-from rlvr.train.sampler_lag import find_lagged
+from rlvr.train.sampler_lag import find_lagged, lagged_engine
 from rlvr.train.step_metrics import step_metrics
 from rlvr.train.sync_probe import make_sync_probe
 from rlvr.train.teacher_model import load_teacher, teacher_metrics
@@ -118,16 +118,15 @@ class Trainer:
         self._check_overlong_budget()
 
     def _make_engine(self, model: torch.nn.Module) -> Any:
-        """The rollout engine sampling from `model`, or from its bf16 copy (`sampler_precision`),
-        wrapped for forced interruption."""
+        """The rollout engine sampling from `model`, from its bf16 copy (`sampler_precision`)
+        or from a copy `sampler_lag` updates behind, wrapped for forced interruption."""
         cfg = self.cfg
-        engine = sampling_engine(
-            lambda m: make_engine(cfg, m, self.tokenizer, self.recipe.fp32_head),
-            model,
-            cfg.precision,
-            cfg.sampler_precision,
-            cfg.sampler_lag,
-        )
+        make = lambda m: make_engine(cfg, m, self.tokenizer, self.recipe.fp32_head)  # noqa: E731
+        precisions = (cfg.precision, cfg.sampler_precision)
+        if cfg.sampler_lag:
+            engine = lagged_engine(make, model, *precisions, cfg.sampler_lag)
+        else:
+            engine = sampling_engine(make, model, *precisions)
         if cfg.think_budget is not None:
             engine = ForcedInterruption(
                 engine, self.tokenizer, cfg.think_budget, cfg.interrupt_phrase, cfg.max_new_tokens

@@ -31,7 +31,6 @@ from rlvr.models.precision import (
     model_device,
 )
 from rlvr.rollout.kv_session import open_session
-from rlvr.train.sampler_lag import LaggedEngine
 
 SAMPLER_PRECISIONS = ("same", "bf16")
 
@@ -53,15 +52,6 @@ def check_precision(cfg: Any, recipe: Any) -> None:
             f"{field}=bf16 computes in bf16 from float32 master weights, and policy.dtype="
             f"{dtype} stores the weights in {dtype} already (no master copy); use "
             f"policy.dtype: float32 with {field}: bf16, or leave {field} at its default"
-        )
-    if cfg.sampler_lag and (
-        cfg.rollout_engine != "hf" or cfg.rollout_actors or cfg.parallel == "fsdp"
-    ):
-        raise ValueError(
-            f"sampler_lag={cfg.sampler_lag} lags the in-process hf engine's own copy of the "
-            f"policy; it cannot act with rollout_engine={cfg.rollout_engine!r}, "
-            f"rollout_actors={cfg.rollout_actors} or parallel={cfg.parallel!r} (the Ray "
-            f"pipeline lags by itself: max_lag)"
         )
     if cfg.sampler_precision == "bf16" and cfg.rollout_engine != "hf":
         raise ValueError(
@@ -97,18 +87,10 @@ def sampling_engine(
     policy: torch.nn.Module,
     precision: str,
     sampler_precision: str,
-    lag: int = 0,
 ) -> Any:
     """The rollout engine `make(module)` builds, sampling in `sampler_precision`: from a
     bf16 copy of `policy` (`OwnCopyEngine`) or from `policy` itself in the trainer's
-    `precision` (`AutocastEngine` for bf16); with `lag` ≥ 1 from a copy that many updates
-    behind (`LaggedEngine`: bf16 or float32, under the trainer's autocast for 'same')."""
-    if lag:
-        dtype = torch.bfloat16 if sampler_precision == "bf16" else torch.float32
-        twin = low_precision_copy(policy, dtype)
-        engine = LaggedEngine(make(twin), policy, twin, lag)
-        same = sampler_precision == "same" and precision != "fp32"
-        return AutocastEngine(engine, precision, policy) if same else engine
+    `precision` (`AutocastEngine` for bf16)."""
     if sampler_precision == "bf16":
         twin = low_precision_copy(policy, torch.bfloat16)
         return OwnCopyEngine(make(twin), policy, twin)

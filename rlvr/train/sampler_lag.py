@@ -16,11 +16,13 @@ k copies of its weights on its device.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from rlvr.rollout.kv_session import open_session
+from rlvr.models.precision import low_precision_copy
+from rlvr.train.precision import AutocastEngine, OwnCopyEngine
 
 Snapshot = dict[str, torch.Tensor]
 
@@ -29,14 +31,45 @@ def _snapshot(model: torch.nn.Module) -> Snapshot:
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
-class LaggedEngine:
+def check_sampler_lag(cfg: Any) -> None:
+    """A lag needs the in-process hf engine's own copy; elsewhere it could not act."""
+    if cfg.sampler_lag and (
+        cfg.rollout_engine != "hf" or cfg.rollout_actors or cfg.parallel == "fsdp"
+    ):
+        raise ValueError(
+            f"sampler_lag={cfg.sampler_lag} lags the in-process hf engine's own copy of the "
+            f"policy; it cannot act with rollout_engine={cfg.rollout_engine!r}, "
+            f"rollout_actors={cfg.rollout_actors} or parallel={cfg.parallel!r} (the Ray "
+            f"pipeline lags by itself: max_lag)"
+        )
+
+
+def lagged_engine(
+    make: Callable[[torch.nn.Module], Any],
+    policy: torch.nn.Module,
+    precision: str,
+    sampler_precision: str,
+    lag: int,
+) -> Any:
+    """The engine `make(module)` builds over a copy of `policy` `lag` updates behind: a bf16
+    copy for `sampler_precision` bf16, else a float32 one sampled under the trainer's
+    autocast (as `rlvr.train.precision.sampling_engine` samples the policy itself)."""
+    dtype = torch.bfloat16 if sampler_precision == "bf16" else torch.float32
+    twin = low_precision_copy(policy, dtype)
+    engine = LaggedEngine(make(twin), policy, twin, lag)
+    same = sampler_precision == "same" and precision != "fp32"
+    return AutocastEngine(engine, precision, policy) if same else engine
+
+
+class LaggedEngine(OwnCopyEngine):
     """An engine over `twin`, a frozen copy of `policy` that `sync_weights` keeps `lag`
-    versions behind it."""
+    versions behind it (its KV session and every other call: `OwnCopyEngine`'s)."""
 
     def __init__(self, engine: Any, policy: torch.nn.Module, twin: torch.nn.Module, lag: int):
         if lag < 1:
             raise ValueError(f"sampler_lag must be ≥ 1 for a lagged engine, got {lag}")
-        self.engine, self.policy, self.sampler_model, self.lag = engine, policy, twin, lag
+        super().__init__(engine, policy, twin)
+        self.lag = lag
         self.versions: deque[Snapshot] = deque([_snapshot(policy)])
         """The last lag + 1 versions of the policy, oldest first: the copy holds the first."""
 
@@ -69,13 +102,6 @@ class LaggedEngine:
                 f"sampler_lag cannot change on resume"
             )
         self.versions = deque(state["versions"])
-
-    def open_session(self) -> Any:
-        """The multi-turn KV session of the engine over the copy (rlvr.rollout.kv_session)."""
-        return open_session(self.engine)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.engine, name)
 
 
 def find_lagged(engine: Any) -> LaggedEngine | None:
