@@ -18,8 +18,8 @@ import time
 import ray
 import torch
 
-from rlvr.train.async_pipeline import make_trainer
 from rlvr.train.config import resolve_config
+from rlvr.train.distributed.async_pipeline import make_trainer
 
 MODES = {
     "sync": {"rollout_actors": 0, "max_lag": 0},

@@ -28,7 +28,7 @@ from gpu_check_sampling import Context, peak_gib, reset_peak, synchronize
 from rlvr.models.logprobs import CHUNK_VALUES
 from rlvr.train import Trainer
 from rlvr.train.config import TrainConfig, resolve_config
-from rlvr.train.data_parallel import DataParallel
+from rlvr.train.distributed.data_parallel import DataParallel
 
 REWARD = "gpu_check_reward:parity_reward"  # importable: the script's folder is on sys.path
 KEPT = ("loss/policy", "loss/kl", "train/grad_norm", "reward/mean", "train/update_skipped")
@@ -160,8 +160,8 @@ def data_parallel(ctx: Context, size: str, mode: str) -> dict:
     ('fsdp') over an in-process group of world size 1 (NCCL on a GPU, gloo on a CPU),
     and the gradient norm of the same first step in a single process, which it must
     equal up to float rounding (one rank sums nothing)."""
-    from rlvr.train.distributed import DataParallelTrainer
-    from rlvr.train.sharded import ShardedTrainer
+    from rlvr.train.distributed.ddp import DataParallelTrainer
+    from rlvr.train.distributed.sharded import ShardedTrainer
 
     # A smoke test of the collectives, not a benchmark: a small batch.
     work = ctx.workload
@@ -176,7 +176,7 @@ def data_parallel(ctx: Context, size: str, mode: str) -> dict:
         torch.cuda.set_device(torch.device(ctx.device).index or 0)
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     try:
-        # As `rlvr.train.ranks.data_parallel_trainer` picks them, with a synthetic policy.
+        # As `rlvr.train.distributed.ranks.data_parallel_trainer` picks them, with a synthetic policy.
         base = ShardedTrainer if mode == "fsdp" else DataParallelTrainer
         group = DataParallel(0, 1, sharded=mode == "fsdp")
         trainer = synthetic(base, size, ctx)(grpo_config(ctx, size, False, mode), group)

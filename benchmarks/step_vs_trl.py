@@ -75,8 +75,8 @@ from rlvr.algo.recipes import get_recipe
 from rlvr.models.tiny import count_parameters
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.train import update as rlvr_update
-from rlvr.train.precision import sampling_engine
-from rlvr.train.rollout_record import from_generation
+from rlvr.train.records.rollout_record import from_generation
+from rlvr.train.sampler.precision import sampling_engine
 from rlvr.train.update import UpdateSettings, policy_update
 
 SIZES = {  # name: (hidden, layers, heads, intermediate)

@@ -250,7 +250,7 @@ def test_an_all_observation_response_contributes_and_counts_nothing():
 def test_the_audit_prepares_episodes_as_the_training_loop_does():
     # Trainer._prepare: response_mask = rollout.loss_mask, lengths = rollout.lengths, from
     # a Rollout whose forced_mask holds the observation tokens. dapo: both masks matter.
-    from rlvr.train.rollout_record import Rollout
+    from rlvr.train.records.rollout_record import Rollout
 
     data = example("dapo")
     batch = parse_batch(data, needs_values=False)

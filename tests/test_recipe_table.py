@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from rlvr.algo.recipes import RECIPES, Recipe, get_recipe
-from rlvr.recipe_table import COLUMN_FIELDS, RECIPE_COLUMNS, other_fields, recipe_row
+from rlvr.cli.recipes import COLUMN_FIELDS, RECIPE_COLUMNS, other_fields, recipe_row
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(Recipe)}
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import ray
 
-from rlvr.train.async_pipeline import AsyncTrainer
 from rlvr.train.config import resolve_config
+from rlvr.train.distributed.async_pipeline import AsyncTrainer
 
 KEYS = ("rollout/mismatch", "async/lag_mean", "async/lag_max", "train/sync_probe_gap")
 SMALL = {

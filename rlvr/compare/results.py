@@ -16,7 +16,7 @@ import numpy as np
 import yaml
 
 from rlvr.compare.matrix import Cell
-from rlvr.train.logger import read_metrics
+from rlvr.runlog.logger import read_metrics
 
 EVAL_KEYS = (
     "eval/accuracy",

@@ -55,7 +55,7 @@ def run_cell(config: dict[str, Any]) -> dict[str, Any]:
 def cell_mode(cfg) -> str:
     """'resume' for a partial run with a good checkpoint and the same config, else
     'overwrite' (nothing there, or nothing usable, e.g. a LoRA checkpoint without adapter)."""
-    from rlvr.train.checkpoint import find_resumable, resumable_with
+    from rlvr.train.checkpoints.checkpoint import find_resumable, resumable_with
     from rlvr.train.run import check_same_run
 
     out = Path(cfg.out)

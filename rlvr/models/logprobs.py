@@ -132,7 +132,7 @@ def response_logprobs(
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     # FSDP gathers the root module's weights only inside a registered forward method: a
-    # sharded policy carries `response_head` as one (rlvr/train/fsdp.py).
+    # sharded policy carries `response_head` as one (rlvr/train/distributed/fsdp.py).
     head = getattr(model, SHARDED_HEAD, None) or functools.partial(response_head, model)
     out = head(
         prompt_ids,

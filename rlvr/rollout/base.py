@@ -104,7 +104,7 @@ class RolloutEngine(Protocol):
     def score_ids(self, prompts: list[list[int]], responses: list[list[int]]) -> list[torch.Tensor]:
         """log π(y_t | x, y_<t) (one float32 tensor per response) of given responses under
         the weights the engine samples with, at temperature 1 and top_p 1: what the
-        weight-sync probe compares with the trainer's (rlvr/train/sync_probe.py)."""
+        weight-sync probe compares with the trainer's (rlvr/train/sampler/sync_probe.py)."""
         ...
 
 

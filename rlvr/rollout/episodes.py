@@ -41,7 +41,7 @@ from rlvr.verify.timeout import VerifierTimeout, alarm_usable, call_with_timeout
 
 @dataclass
 class EpisodeRecord:
-    """What one episode did; `rlvr.train.step_metrics` turns these into `env/` metrics."""
+    """What one episode did; `rlvr.train.records.step_metrics` turns these into `env/` metrics."""
 
     turns: int = 0
     tool_calls: int = 0

@@ -41,7 +41,7 @@ Cache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (B, H
 def open_session(engine) -> KVSession | None:
     """A session over `engine` when it can keep caches between calls, else None. A wrapper
     that keeps the rows as they are opens its own (`engine.open_session()`, looked up on
-    its class: the precision wrappers of rlvr.train.precision do)."""
+    its class: the precision wrappers of rlvr.train.sampler.precision do)."""
     if hasattr(type(engine), "open_session"):
         return engine.open_session()
     if type(engine) is not HFEngine:  # a wrapper (e.g. ForcedInterruption) changes the rows

@@ -38,7 +38,11 @@ from rlvr.service.types import (
     TensorData,
     from_sdk,
 )
-from rlvr.train.checkpoint import load_policy_weights, load_trainer_state, save_checkpoint
+from rlvr.train.checkpoints.checkpoint import (
+    load_policy_weights,
+    load_trainer_state,
+    save_checkpoint,
+)
 
 CustomLoss = Callable[[list[Datum], list[torch.Tensor]], tuple[torch.Tensor, dict[str, float]]]
 
@@ -228,7 +232,7 @@ class TrainingClient(CompletedClient):
     ) -> APIFuture[SaveWeightsResponse]:
         """Weights (LoRA: the adapter too), optimizer state, step, sampler count, base model
         and LoRA shape in root/name, written as rlvr's own checkpoints are
-        (`rlvr.train.checkpoint`). `overwrite=False` refuses an existing directory."""
+        (`rlvr.train.checkpoints.checkpoint`). `overwrite=False` refuses an existing directory."""
         self._check_ttl(ttl_seconds)
         path = self._path(name)
         if not overwrite and path.exists():

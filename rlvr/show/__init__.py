@@ -3,7 +3,7 @@ terminal or as one static HTML page, and at `rlvr eval --items` files, alone or 
 by side (items won and lost).
 
 Nothing here imports torch at module level, so `rlvr show` starts fast; the curves' panel
-definitions (rlvr/train/plots.py) and the paired statistics (rlvr/eval/paired.py) are
+definitions (rlvr/runlog/plots.py) and the paired statistics (rlvr/eval/paired.py) are
 imported where they are used.
 """
 

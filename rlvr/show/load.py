@@ -1,7 +1,7 @@
 """What `rlvr show` reads: a run directory (config.yaml, metrics.jsonl, completions/) or an
 `rlvr eval --items` file, with errors that name the file, the line and what was expected.
 
-The completions files are written by the training run (rlvr/train/completions.py): one
+The completions files are written by the training run (rlvr/runlog/completions.py): one
 JSON object per sampled row in `RUN/completions/step_{step:06d}.jsonl`, the steps listed
 in `RUN/completions/index.json`, every key defined in docs/metrics.md ("Completions"). A
 run that logged none (an older run, or `completions_every: 0`) is still shown: config and

@@ -1,4 +1,4 @@
-"""The run's curves as inline SVG: the panels of curves.png (rlvr/train/plots.py, one
+"""The run's curves as inline SVG: the panels of curves.png (rlvr/runlog/plots.py, one
 definition of what is drawn), each a polyline per metric, computed here from metrics.jsonl."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def _axes(x0: float, x1: float, y0: float, y1: float) -> str:
 
 def curves_html(records: list[dict[str, Any]]) -> str:
     """Every panel of curves.png as inline SVG."""
-    from rlvr.train.plots import panel_series
+    from rlvr.runlog.plots import panel_series
 
     panels = panel_series(records)
     return '<div class="curves">' + "".join(panel_svg(t, s) for t, s in panels.items()) + "</div>"

@@ -4,7 +4,7 @@ Dynamic sampling (arXiv 2503.14476, §3.2): groups whose raw correctness (or, wi
 `dynamic_sampling_key="reward"`, reward) is uniform carry no signal; they are dropped and replacement prompts are sampled until the batch holds
 `prompts_per_step` informative groups or `max_refill_rounds` extra rounds were spent. What
 was kept is trained on (a partial batch if need be; nothing kept skips the update). Every
-generated token is on the books: generated, trained and discarded (`rlvr.train.step_metrics`).
+generated token is on the books: generated, trained and discarded (`rlvr.train.records.step_metrics`).
 Under `reward_errors="drop"` a group holding a completion whose reward failed is dropped
 first, before dynamic sampling counts it.
 """
@@ -24,7 +24,7 @@ from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.rollout.episodes import generate_for
 from rlvr.tasks import Problem, Task
 from rlvr.train.prompt_pool import PromptPool
-from rlvr.train.rollout_record import Rollout, from_generation
+from rlvr.train.records.rollout_record import Rollout, from_generation
 
 
 @dataclass
@@ -95,7 +95,7 @@ def collect_rollouts(
 
     `sample(group_offset)` makes one round of verified groups; default: the next
     `prompts_per_step` prompts of `pool` through `engine` with `generator` (the asynchronous
-    pipeline passes rounds that rollout actors generated, rlvr/train/async_pipeline.py)."""
+    pipeline passes rounds that rollout actors generated, rlvr/train/distributed/async_pipeline.py)."""
     if sample is None:
 
         def sample(offset: int) -> Rollout:

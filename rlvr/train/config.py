@@ -28,8 +28,8 @@ from rlvr.train.config_checks import (
     check_warm_start_fields,
 )
 from rlvr.train.hf_setup import check_options as check_hf_options
-from rlvr.train.precision import check_precision
-from rlvr.train.sampler_lag import check_sampler_lag
+from rlvr.train.sampler.lag import check_sampler_lag
+from rlvr.train.sampler.precision import check_precision
 from rlvr.train.teacher_model import check_teacher
 
 
@@ -198,7 +198,7 @@ class TrainConfig:
     sampler_lag: int = _doc(
         "the in-process hf engine samples from a copy of the policy this many updates "
         "behind it, as an async sampler would (deterministic, no Ray; the lag shows in "
-        "rollout/mismatch_* and rollout_correction applies; rlvr/train/sampler_lag.py); 0: "
+        "rollout/mismatch_* and rollout_correction applies; rlvr/train/sampler/lag.py); 0: "
         "the current policy",
         0,
     )

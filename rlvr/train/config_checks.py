@@ -13,7 +13,7 @@ from typing import Any
 from rlvr.algo.recipes import Recipe
 from rlvr.algo.registry import ADVANTAGES
 from rlvr.rewards import check_reward_settings, parse_reward_funcs
-from rlvr.train.trackers import check_report_to
+from rlvr.runlog.trackers import check_report_to
 
 PATH_OPTIONS = ("data", "eval_data")
 """task_options that name files; with `model`, made absolute when they exist locally."""

@@ -8,7 +8,7 @@ from rlvr.algo.aggregation import aggregation_weights
 from rlvr.algo.regularizers import value_loss
 from rlvr.models.precision import autocast, model_device
 from rlvr.models.value import ValueModel
-from rlvr.train.rollout_record import Rollout
+from rlvr.train.records.rollout_record import Rollout
 
 
 def critic_optimizer(critic: ValueModel, lr: float, weight_decay: float) -> torch.optim.AdamW:

@@ -28,6 +28,7 @@ from rlvr.models.value import ValueModel
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.interrupt import ForcedInterruption
 from rlvr.tasks import make_task
+from rlvr.train.checkpoints.rng_state import load_rng_state, rng_state
 from rlvr.train.collect import (
     Collected,
     collect_rollouts,
@@ -37,13 +38,12 @@ from rlvr.train.collect import (
 from rlvr.train.config import TrainConfig, check_eval_size
 from rlvr.train.critic import critic_optimizer, critic_update, critic_values
 from rlvr.train.hf_setup import make_engine, prepare_components
-from rlvr.train.precision import check_device, probe_tolerance, sampling_engine
 from rlvr.train.prompt_pool import PromptPool
-from rlvr.train.rng_state import load_rng_state, rng_state
-from rlvr.train.rollout_record import Rollout
-from rlvr.train.sampler_lag import find_lagged, lagged_engine
-from rlvr.train.step_metrics import step_metrics
-from rlvr.train.sync_probe import make_sync_probe
+from rlvr.train.records.rollout_record import Rollout
+from rlvr.train.records.step_metrics import step_metrics
+from rlvr.train.sampler.lag import find_lagged, lagged_engine
+from rlvr.train.sampler.precision import check_device, probe_tolerance, sampling_engine
+from rlvr.train.sampler.sync_probe import make_sync_probe
 from rlvr.train.teacher_model import load_teacher, teacher_metrics
 from rlvr.train.update import UpdateSettings, minibatch_rows, policy_update
 from rlvr.warmstart import load_policy
@@ -56,7 +56,7 @@ MINIBATCH_SEED_OFFSET = 3_000_017
 class Trainer:
     """Holds the run's state in a few explicit objects (model, optimizers, pool, RNG)."""
 
-    data_parallel = None  # this rank's DataParallel under torchrun (rlvr/train/distributed.py)
+    data_parallel = None  # this rank's DataParallel under torchrun (rlvr/train/distributed/ddp.py)
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
@@ -272,7 +272,7 @@ class Trainer:
         return metrics
 
     def _probe_sync(self, when: str) -> dict[str, float]:
-        """The weight-sync probe (rlvr/train/sync_probe.py): its metrics, {} when off; a
+        """The weight-sync probe (rlvr/train/sampler/sync_probe.py): its metrics, {} when off; a
         gap above its tolerance stops the run naming `when`."""
         if self.sync_probe is not None and self.data_parallel is not None:
             warnings.warn(

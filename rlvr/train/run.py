@@ -22,9 +22,14 @@ from typing import Any
 import torch
 import yaml
 
+from rlvr.runlog.completions import CompletionsLog
+from rlvr.runlog.logger import MetricsLogger
+from rlvr.runlog.plots import plot_run
+from rlvr.runlog.progress import progress_bar
+from rlvr.runlog.run_dir import check_out_dir, clear_run
+from rlvr.runlog.trackers import RunInfo, check_installed, code_version, open_trackers
 from rlvr.train import no_update
-from rlvr.train.async_pipeline import make_trainer
-from rlvr.train.checkpoint import (
+from rlvr.train.checkpoints.checkpoint import (
     CRASH,
     UNUSABLE,
     checkpoint_step,
@@ -35,16 +40,12 @@ from rlvr.train.checkpoint import (
     save_rotating,
     set_aside_unusable,
 )
-from rlvr.train.completions import CompletionsLog, completion_rows
 from rlvr.train.config import TrainConfig, load_yaml, resolve_config
-from rlvr.train.logger import MetricsLogger
+from rlvr.train.distributed.async_pipeline import make_trainer
+from rlvr.train.distributed.ranks import follow, is_follower
 from rlvr.train.loop import Trainer
-from rlvr.train.plots import plot_run
-from rlvr.train.progress import progress_bar
-from rlvr.train.ranks import follow, is_follower
-from rlvr.train.run_dir import check_out_dir, clear_run
+from rlvr.train.records.completion_rows import completion_rows
 from rlvr.train.stop import RunDiverged, RunInterrupted, StopRequest
-from rlvr.train.trackers import RunInfo, check_installed, code_version, open_trackers
 
 # Config fields a resumed run may change: budgets, checkpointing and display.
 RESUMABLE_CHANGES = {

@@ -27,7 +27,7 @@ from rlvr.tasks.base import Problem
 from rlvr.tasks.dataset_task import render_template
 
 if TYPE_CHECKING:  # the config imports this module while rlvr.train is still loading
-    from rlvr.train.rollout_record import Rollout
+    from rlvr.train.records.rollout_record import Rollout
 
 SELF = "self"
 TEACHER_KEYS = ("model", "prompt_template")

@@ -20,10 +20,10 @@ from rlvr.algo.objective import PreparedBatch, step_weights
 from rlvr.algo.recipes import Recipe
 from rlvr.models.logprobs import response_logprobs
 from rlvr.models.precision import autocast, model_device
-from rlvr.train.rollout_record import Rollout
+from rlvr.train.records.rollout_record import Rollout
 
 if TYPE_CHECKING:
-    from rlvr.train.data_parallel import DataParallel
+    from rlvr.train.distributed.data_parallel import DataParallel
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class UpdateSettings:
     temperature: float
     pad_id: int
     log_entropy: bool = True
-    precision: str = "fp32"  # the forwards' autocast (rlvr/train/precision.py)
+    precision: str = "fp32"  # the forwards' autocast (rlvr/train/sampler/precision.py)
 
 
 def minibatch_rows(
@@ -88,7 +88,7 @@ def policy_update(
     `generator` reshuffles the minibatches of every epoch (None: the same fixed order).
     `entropy_coef`: the adaptive controller's c_H for this step (None: the recipe's).
     `data_parallel`: this rank computes its share of every step's prompt groups, and the
-    gradients (whose weights are global) are summed over ranks (rlvr/train/distributed.py)."""
+    gradients (whose weights are global) are summed over ranks (rlvr/train/distributed/ddp.py)."""
     start = time.perf_counter()
     stats = StepStats()
     skip = skippable_rows(recipe, prepared.advantages)
@@ -212,7 +212,7 @@ def _max_over_ranks(value: float | None) -> float | None:
 def _idle_micro_step(model, rollout, row: int, settings) -> None:
     """A forward/backward that adds exactly zero to every gradient (its loss is 0·Σ log π
     of one row): a sharded rank with fewer rows than another still takes part in every
-    collective of the step (rlvr/train/fsdp.py)."""
+    collective of the step (rlvr/train/distributed/fsdp.py)."""
     with autocast(settings.precision, model_device(model)):
         logprobs = response_logprobs(
             model,

@@ -8,7 +8,7 @@ import torch
 from rlvr.algo import policy_loss
 from rlvr.algo.loss import gradient_tokens
 from rlvr.algo.recipes import get_recipe
-from rlvr.train.step_metrics import length_by_outcome
+from rlvr.train.records.step_metrics import length_by_outcome
 
 F64 = torch.float64
 # Three tokens of one response; logπ = 0 everywhere, so ρ_t = exp(−logπ_old,t):

@@ -1,5 +1,5 @@
 """Two gloo ranks, each computing its share of the prompt groups, produce the gradient and
-the updated weights of one process training on the whole batch (rlvr/train/distributed.py)."""
+the updated weights of one process training on the whole batch (rlvr/train/distributed/ddp.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch.multiprocessing as mp
 from rlvr.algo import prepare_batch
 from rlvr.algo.recipes import get_recipe
 from rlvr.models.tiny import build_tiny_policy, tiny_qwen2_config
-from rlvr.train.distributed import DataParallel
-from rlvr.train.rollout_record import Rollout
+from rlvr.train.distributed.ddp import DataParallel
+from rlvr.train.records.rollout_record import Rollout
 from rlvr.train.update import UpdateSettings, policy_update
 
 GROUPS, G, T = 5, 3, 6

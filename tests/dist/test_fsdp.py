@@ -1,7 +1,7 @@
 """FSDP2 on two gloo ranks: each rank computes its share of the prompt groups on a policy
 whose weights, gradients and optimizer states are sharded, and the gathered gradient and
 updated weights equal those of one process training on the whole batch
-(rlvr/train/fsdp.py, rlvr/train/sharded.py)."""
+(rlvr/train/distributed/fsdp.py, rlvr/train/distributed/sharded.py)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from test_data_parallel import CASES, _update, assert_equals_one_process, spawn_
 from torch.utils.checkpoint import checkpoint
 
 from rlvr.models.fused_llama import supports
-from rlvr.train.data_parallel import DataParallel
+from rlvr.train.distributed.data_parallel import DataParallel
 
 FSDP_CASES = [CASES[0], CASES[1], CASES[3], CASES[4], CASES[5]]
 
 
 def _shard(model: torch.nn.Module, world: int) -> None:
-    from rlvr.train.fsdp import fsdp_mesh, shard_policy
+    from rlvr.train.distributed.fsdp import fsdp_mesh, shard_policy
 
     shard_policy(model, fsdp_mesh(world))
     assert not supports(model)  # the fused path would read sharded weights

@@ -26,7 +26,7 @@ from rlvr.rollout import episodes as episodes_module
 from rlvr.rollout.episodes import run_episodes
 from rlvr.rollout.interrupt import ForcedInterruption
 from rlvr.rollout.kv_session import KVSession, open_session
-from rlvr.train.precision import AutocastEngine, OwnCopyEngine
+from rlvr.train.sampler.precision import AutocastEngine, OwnCopyEngine
 
 TOK = CharTokenizer()
 

@@ -11,7 +11,7 @@ import pytest
 from show_testlib import multi_turn_row, write_run
 
 from rlvr.cli import main
-from rlvr.show.command import use_color
+from rlvr.cli.show import use_color
 from rlvr.show.load import NO_COMPLETIONS, ShowError, latest_metrics, load_run, read_rows
 from rlvr.show.text import render_segments, run_text
 

@@ -12,7 +12,7 @@ from process_testlib import env, rlvr_command, steps_logged
 from process_testlib import start_and_signal as start_signalled
 from safetensors.torch import load_file
 
-from rlvr.train.checkpoint import save_checkpoint
+from rlvr.train.checkpoints.checkpoint import save_checkpoint
 from rlvr.train.loop import Trainer
 
 __all__ = ["env", "steps_logged"]

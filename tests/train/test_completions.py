@@ -13,17 +13,17 @@ from local_model import local_policy_dir, local_trainer
 
 from rlvr.algo import PreparedBatch
 from rlvr.rollout.episodes import EpisodeRecord
+from rlvr.runlog.completions import read_completions
 from rlvr.train.collect import Collected
-from rlvr.train.completions import (
+from rlvr.train.config import resolve_config
+from rlvr.train.records.completion_rows import (
     MAX_CHARS,
     choose_rows,
     completion_rows,
-    read_completions,
     segments,
     turns,
 )
-from rlvr.train.config import resolve_config
-from rlvr.train.rollout_record import Rollout
+from rlvr.train.records.rollout_record import Rollout
 from rlvr.train.run import run_training
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"

@@ -1,4 +1,4 @@
-"""A run's precision (rlvr/train/precision.py): the config's checks, a bf16 trainer with a
+"""A run's precision (rlvr/train/sampler/precision.py): the config's checks, a bf16 trainer with a
 bf16 sampler of its own on the embedded model (the sampler's copy is the rounded master
 weights after every sync, the mismatch shows), and resume re-deriving the copy exactly."""
 
@@ -11,11 +11,11 @@ import torch
 from resume_testlib import trained_and_saved
 
 from rlvr.models.precision import bf16_supported
-from rlvr.train import precision as train_precision
 from rlvr.train.config import resolve_config
 from rlvr.train.loop import Trainer
-from rlvr.train.precision import BF16_PROBE_TOLERANCE, AutocastEngine, OwnCopyEngine
 from rlvr.train.run import _restore
+from rlvr.train.sampler import precision as train_precision
+from rlvr.train.sampler.precision import BF16_PROBE_TOLERANCE, AutocastEngine, OwnCopyEngine
 
 needs_bf16 = pytest.mark.skipif(not bf16_supported("cpu"), reason="no native bf16 on this CPU")
 BF16 = {"precision": "bf16", "sampler_precision": "bf16"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlvr.train.progress import progress_bar
+from rlvr.runlog.progress import progress_bar
 
 
 def test_the_bar_counts_from_its_initial_step(capsys):

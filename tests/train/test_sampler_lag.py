@@ -1,4 +1,4 @@
-"""`sampler_lag: k` (rlvr/train/sampler_lag.py): the engine samples from the policy of k
+"""`sampler_lag: k` (rlvr/train/sampler/lag.py): the engine samples from the policy of k
 updates ago, the lag shows in the mismatch metrics, and a resumed run samples as the
 uninterrupted one."""
 
@@ -10,7 +10,7 @@ from resume_testlib import trained_and_saved
 
 from rlvr.train.loop import Trainer
 from rlvr.train.run import _restore
-from rlvr.train.sampler_lag import find_lagged
+from rlvr.train.sampler.lag import find_lagged
 
 NO_PROBE = {"sync_probe": False}
 

@@ -1,4 +1,4 @@
-"""The weight-sync probe (rlvr/train/sync_probe.py): the engines score given tokens as they
+"""The weight-sync probe (rlvr/train/sampler/sync_probe.py): the engines score given tokens as they
 sample them; the HF engine and a LoRA policy pass; a fake vLLM backend that forgets one
 weight sync, or starts from other weights, stops the run with one line naming the step."""
 
@@ -18,7 +18,7 @@ from rlvr.rollout import SamplingParams
 from rlvr.rollout.vllm_engine import VLLMBackend
 from rlvr.train.config import resolve_config
 from rlvr.train.loop import Trainer
-from rlvr.train.sync_probe import WeightSyncError
+from rlvr.train.sampler.sync_probe import WeightSyncError
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "rollout"))  # fake_vllm:make_fake
 

@@ -18,12 +18,10 @@ import pytest
 import yaml
 from local_model import local_policy_dir
 
-from rlvr.train import trackers
-from rlvr.train.completions import read_completions
-from rlvr.train.config import resolve_config
-from rlvr.train.logger import MetricsLogger, read_metrics
-from rlvr.train.run import run_training
-from rlvr.train.trackers import (
+from rlvr.runlog import trackers
+from rlvr.runlog.completions import read_completions
+from rlvr.runlog.logger import MetricsLogger, read_metrics
+from rlvr.runlog.trackers import (
     TABLE_COLUMNS,
     RunInfo,
     TensorBoardTracker,
@@ -32,6 +30,8 @@ from rlvr.train.trackers import (
     mlflow_name,
     table_data,
 )
+from rlvr.train.config import resolve_config
+from rlvr.train.run import run_training
 
 # mlflow's log_table on pandas 3 warns about its own select_dtypes call.
 pytestmark = pytest.mark.filterwarnings("ignore:For backward compatibility, 'str' dtypes")

@@ -15,9 +15,9 @@ from local_model import local_trainer
 from resume_testlib import weights, without_time
 
 from rlvr.algo.entropy_control import adaptive_entropy
+from rlvr.runlog.logger import read_metrics
 from rlvr.train import Trainer, run_training
-from rlvr.train.distributed import DataParallel, DataParallelTrainer
-from rlvr.train.logger import read_metrics
+from rlvr.train.distributed.ddp import DataParallel, DataParallelTrainer
 from rlvr.train.run import resume_config
 
 # The embedded policy's mean token entropy is ~0.15 nats: a target of 5 is never reached,
@@ -104,7 +104,7 @@ RESUMED = {"coef": 0.04, "last_entropy": 0.0}  # as if rank 0 had resumed: bonus
 
 
 def _rank(rank: int, world: int, init: str, cfg, out: str) -> None:
-    from rlvr.train.sharded import ShardedTrainer
+    from rlvr.train.distributed.sharded import ShardedTrainer
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)

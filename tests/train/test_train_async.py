@@ -1,4 +1,4 @@
-"""The asynchronous Ray pipeline (rlvr/train/async_pipeline.py) on a local Ray instance with
+"""The asynchronous Ray pipeline (rlvr/train/distributed/async_pipeline.py) on a local Ray instance with
 two rollout actors on the embedded model."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 ray = pytest.importorskip("ray")
 
 from rlvr.train import Trainer  # noqa: E402
-from rlvr.train.async_pipeline import AsyncTrainer, RolloutActorsLost, make_trainer  # noqa: E402
+from rlvr.train.distributed.async_pipeline import AsyncTrainer, RolloutActorsLost, make_trainer  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +97,8 @@ def test_max_lag_without_actors_is_refused(small_config):
 def test_rlvr_train_async_resumes_like_an_uninterrupted_run(local_ray, small_config, tmp_path):
     """`run_training` with one actor at lag 0: 2 steps, then resumed to 3, logs what 3 steps
     in one go log (the sampling generator is checkpointed, the weights republished)."""
+    from rlvr.runlog.logger import read_metrics
     from rlvr.train import run_training
-    from rlvr.train.logger import read_metrics
     from rlvr.train.run import resume_config
 
     common = dict(eval_every=3, eval_size=8, save_every=1, rollout_actors=1)

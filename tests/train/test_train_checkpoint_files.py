@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from rlvr.train.checkpoint import (
+from rlvr.train.checkpoints.checkpoint import (
     checkpoint_step,
     find_resumable,
     save_crash,
     save_rotating,
     verify_checkpoint,
 )
-from rlvr.train.rng_state import find_generators, load_rng_state, rng_state
+from rlvr.train.checkpoints.rng_state import find_generators, load_rng_state, rng_state
 
 
 class FakePolicy(torch.nn.Module):

@@ -12,7 +12,7 @@ from rlvr.tasks import Problem
 from rlvr.train import Trainer
 from rlvr.train.collect import collect_rollouts
 from rlvr.train.prompt_pool import PromptPool
-from rlvr.train.step_metrics import step_metrics
+from rlvr.train.records.step_metrics import step_metrics
 from rlvr.verify import Verdict
 
 G = 4

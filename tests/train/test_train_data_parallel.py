@@ -10,9 +10,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from rlvr.runlog.logger import read_metrics
 from rlvr.train import Trainer, run_training
-from rlvr.train.distributed import DataParallel, DataParallelTrainer
-from rlvr.train.logger import read_metrics
+from rlvr.train.distributed.ddp import DataParallel, DataParallelTrainer
 
 
 def _abs(key: str) -> float:

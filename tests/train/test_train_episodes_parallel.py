@@ -13,8 +13,8 @@ from test_train_data_parallel import _spawn
 
 from rlvr.train import Trainer
 from rlvr.train.config import resolve_config
-from rlvr.train.data_parallel import DataParallel
-from rlvr.train.distributed import DataParallelTrainer
+from rlvr.train.distributed.data_parallel import DataParallel
+from rlvr.train.distributed.ddp import DataParallelTrainer
 
 ECHO = {  # tests/user_envs.py: answers every turn with an observation
     "environment": "user_envs:Echo",
@@ -48,7 +48,7 @@ def _rank(rank: int, world: int, init: str, cfg, out: str) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
         if cfg.parallel == "fsdp":
-            from rlvr.train.sharded import ShardedTrainer
+            from rlvr.train.distributed.sharded import ShardedTrainer
 
             trainer = ShardedTrainer(cfg, DataParallel(rank, world, sharded=True))
             policy = trainer.full_policy

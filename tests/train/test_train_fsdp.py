@@ -10,14 +10,14 @@ import torch
 import torch.distributed as dist
 from test_train_data_parallel import _spawn
 
+from rlvr.runlog.logger import read_metrics
 from rlvr.train import Trainer, run_training
-from rlvr.train.checkpoint import load_trainer_state
-from rlvr.train.data_parallel import DataParallel
-from rlvr.train.logger import read_metrics
+from rlvr.train.checkpoints.checkpoint import load_trainer_state
+from rlvr.train.distributed.data_parallel import DataParallel
 
 
 def _rank(rank: int, world: int, init: str, cfg, out: str) -> None:
-    from rlvr.train.sharded import ShardedTrainer
+    from rlvr.train.distributed.sharded import ShardedTrainer
 
     class Perturbed(ShardedTrainer):
         """Rank 1 starts from other weights (π and π_ref): rank 0's must reach its shards."""
@@ -135,7 +135,7 @@ def test_two_rank_run_writes_and_resumes_the_single_process_run(small_config, tm
 
 
 def test_fsdp_needs_torchrun(small_config):
-    from rlvr.train.async_pipeline import make_trainer
+    from rlvr.train.distributed.async_pipeline import make_trainer
 
     with pytest.raises(ValueError, match="parallel='fsdp' shards the policy over torchrun"):
         make_trainer(small_config(parallel="fsdp"))

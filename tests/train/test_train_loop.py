@@ -7,8 +7,8 @@ import copy
 
 import torch
 
+from rlvr.runlog.logger import read_metrics
 from rlvr.train import Trainer, run_training
-from rlvr.train.logger import read_metrics
 
 
 def _without_time(records):

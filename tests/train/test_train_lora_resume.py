@@ -17,7 +17,7 @@ from resume_testlib import SIGKILL, run, start_and_signal, steps_logged, without
 from safetensors.torch import load_file
 
 from rlvr.models.hf_policy import merged_state_dict
-from rlvr.train.checkpoint import (
+from rlvr.train.checkpoints.checkpoint import (
     find_resumable,
     load_policy_weights,
     save_checkpoint,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from local_model import local_trainer
 
-from rlvr.train.rollout_record import Rollout
+from rlvr.train.records.rollout_record import Rollout
 
 
 def test_overlong_ramp_counts_the_inserted_phrase(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from rlvr.train.plots import panel_series, plot_run
+from rlvr.runlog.plots import panel_series, plot_run
 
 
 def _records() -> list[dict]:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from rlvr.algo.recipes import RECIPES
+from rlvr.runlog.logger import read_metrics
 from rlvr.train import run_training
-from rlvr.train.logger import read_metrics
 
 REQUIRED = (
     "reward/mean",

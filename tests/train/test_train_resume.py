@@ -18,7 +18,7 @@ from resume_testlib import (
     without_time,
 )
 
-from rlvr.train.checkpoint import load_trainer_state
+from rlvr.train.checkpoints.checkpoint import load_trainer_state
 
 STEPS = 5
 

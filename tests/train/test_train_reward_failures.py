@@ -14,7 +14,7 @@ from rlvr.algo import prepare_batch
 from rlvr.algo.recipes import get_recipe
 from rlvr.rewards import RewardError, RewardModel, parse_reward_funcs
 from rlvr.train.collect import without_failed_groups
-from rlvr.train.rollout_record import Rollout
+from rlvr.train.records.rollout_record import Rollout
 
 COLUMNS = {"reference": ["1", "2", "3"], "correct": [True, False, True]}
 
@@ -209,7 +209,7 @@ def test_dapo_on_a_user_reward_keyed_on_correctness_is_pointed_out(tmp_path):
 
 @pytest.mark.parametrize("scalar", [torch.tensor(1.0), pytest.importorskip("numpy").array(0.5)])
 def test_a_zero_dimensional_result_is_a_type_failure_not_a_crash(scalar):
-    from rlvr.reward_guard import guarded_call
+    from rlvr.rewards.guard import guarded_call
 
     kwargs = {"prompts": ["p", "q"], "completions": ["a", "b"]}
     result = guarded_call("r", lambda prompts, completions, **_: scalar, kwargs, 2, 5.0, "auto")

@@ -9,9 +9,9 @@ import torch
 from resume_testlib import weights
 
 import rlvr.train.update as update
+from rlvr.runlog.logger import read_metrics
 from rlvr.train import run_training
-from rlvr.train.checkpoint import find_resumable, load_trainer_state, verify_checkpoint
-from rlvr.train.logger import read_metrics
+from rlvr.train.checkpoints.checkpoint import find_resumable, load_trainer_state, verify_checkpoint
 from rlvr.train.run import RunDiverged
 
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from rlvr.cli import main
+from rlvr.runlog.logger import read_metrics
 from rlvr.train import run_training
-from rlvr.train.logger import read_metrics
 
 MODULE = "rlvr_test_user_choices"
 SOURCE = '''

@@ -1,12 +1,12 @@
-"""The completions table: what the policy wrote, every `completions_every` steps.
+"""The rows of the completions table (`rlvr.runlog.completions` writes them): what the
+policy wrote, every `completions_every` steps.
 
-A bounded sample of the step's generated responses (refills and dropped groups included)
-goes to `RUN/completions/step_{step:06d}.jsonl`, one JSON object per row (docs/metrics.md
-gives the schema), and to the trackers that have tables; `RUN/completions/index.json`
-lists the steps written. Every value is read from the tensors the update used: the
-verifier's correctness, the rewards, the prepared batch's advantages and mask; nothing is
-recomputed. The rows are chosen by their own generator, seeded by (seed, step), so logging
-never moves the training RNG: a run with the table and one without train alike.
+A bounded sample of the step's generated responses (refills and dropped groups included),
+one JSON object per row (docs/metrics.md gives the schema). Every value is read from the
+tensors the update used: the verifier's correctness, the rewards, the prepared batch's
+advantages and mask; nothing is recomputed. The rows are chosen by their own generator,
+seeded by (seed, step), so logging never moves the training RNG: a run with the table and
+one without train alike.
 
 Bounds: at most `completions_rows` rows per step, whole prompt groups first; every text
 field at most `MAX_CHARS` characters (a completion keeps its first ones, its segments cut
@@ -15,23 +15,18 @@ alike; a prompt keeps its last ones, after "…"); a shortened row says `"cut": 
 
 from __future__ import annotations
 
-import json
-import os
 import random
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from rlvr.algo import PreparedBatch
 from rlvr.train.collect import Collected
-from rlvr.train.rollout_record import Rollout
+from rlvr.train.records.rollout_record import Rollout
 
-SCHEMA = 1
 MAX_CHARS = 2000
 """Characters kept of each text field of a row (prompt, completion, each turn's texts)."""
-FOLDER = "completions"
 
 
 def choose_rows(group_ids: torch.Tensor, count: int, seed: int, step: int) -> list[int]:
@@ -222,54 +217,3 @@ def _bounded(row: dict[str, Any]) -> dict[str, Any]:
                 turn[key], cut = turn[key][:MAX_CHARS], True
     row["cut"] = cut
     return row
-
-
-class CompletionsLog:
-    """`RUN/completions/`: a step's rows, and the index of the steps written.
-
-    A resumed run redoes the steps after its checkpoint: their files, written by the
-    interrupted invocation, are removed when it starts (`resumed_step`), so every file
-    there is one the run as a whole wrote once."""
-
-    def __init__(self, out: Path, every: int, rows: int, resumed_step: int | None) -> None:
-        self.folder = out / FOLDER
-        self.every, self.rows = every, rows
-        if resumed_step is not None and self.folder.is_dir():
-            for step in self.steps():
-                if step > resumed_step:
-                    (self.folder / step_file(step)).unlink()
-            self._write_index()
-
-    def due(self, step: int) -> bool:
-        return self.every > 0 and step % self.every == 0
-
-    def steps(self) -> list[int]:
-        """The steps whose files are in the folder."""
-        names = self.folder.glob("step_*.jsonl") if self.folder.is_dir() else []
-        return sorted(int(p.stem.removeprefix("step_")) for p in names)
-
-    def write(self, step: int, rows: list[dict[str, Any]]) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-        _write_atomic(self.folder / step_file(step), text)
-        self._write_index()
-
-    def _write_index(self) -> None:
-        index = {"schema": SCHEMA, "every": self.every, "rows_per_step": self.rows}
-        _write_atomic(self.folder / "index.json", json.dumps({**index, "steps": self.steps()}))
-
-
-def step_file(step: int) -> str:
-    return f"step_{step:06d}.jsonl"
-
-
-def read_completions(out: str | Path, step: int) -> list[dict[str, Any]]:
-    """The rows written for `step` in the run directory `out`."""
-    path = Path(out) / FOLDER / step_file(step)
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

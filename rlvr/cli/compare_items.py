@@ -5,7 +5,8 @@ Heavy imports happen inside the functions, so building the CLI parser stays fast
 from __future__ import annotations
 
 import argparse
-import sys
+
+from rlvr.cli.common import fail
 
 
 def add_items_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,11 +37,11 @@ def cmd_compare_items(args: argparse.Namespace) -> int:
     from rlvr.eval.paired import ItemsError, format_paired, paired_items
 
     if args.items is None:
-        return _fail("--score applies to --items A B (two `rlvr eval --items` files) only")
+        return fail("--score applies to --items A B (two `rlvr eval --items` files) only")
     given = [_flag(k) for k, unset in args.matrix_defaults.items() if getattr(args, k) != unset]
     if given:
         kind = "is an option" if len(given) == 1 else "are options"
-        return _fail(
+        return fail(
             f"--items compares two `rlvr eval --items` files and takes only --score; "
             f"{', '.join(given)} {kind} of a matrix comparison (drop them, or drop --items)"
         )
@@ -48,11 +49,6 @@ def cmd_compare_items(args: argparse.Namespace) -> int:
     try:
         result = paired_items(a, b, args.score or "avg")
     except ItemsError as err:
-        return _fail(str(err))
+        return fail(str(err))
     print(format_paired(result, a, b))
     return 0
-
-
-def _fail(message: str) -> int:
-    print(f"rlvr: error: {message}", file=sys.stderr)
-    return 2

@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import sys
 from typing import Any
+
+from rlvr.cli.common import fail
 
 
 def add_k_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,7 +90,6 @@ def cmd_eval_k(args: argparse.Namespace) -> int:
     try:
         metrics = evaluate_from_args(args)
     except (ValueError, OSError, ImportError) as err:
-        print(f"rlvr: error: {err}", file=sys.stderr)
-        return 2
+        return fail(str(err))
     print(json.dumps(metrics, indent=1))
     return 0

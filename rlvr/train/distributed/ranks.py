@@ -1,8 +1,8 @@
 """What each torchrun rank runs: rank 0 runs `rlvr train` with a data-parallel trainer,
 the other ranks `follow` it (docs/distributed.md).
 
-`parallel: ddp` replicates the policy (`rlvr.train.distributed`); `parallel: fsdp` shards
-it (`rlvr.train.sharded`, which imports torch.distributed.fsdp, so only when chosen).
+`parallel: ddp` replicates the policy (`rlvr.train.distributed.ddp`); `parallel: fsdp` shards
+it (`rlvr.train.distributed.sharded`, which imports torch.distributed.fsdp, so only when chosen).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import replace
 from typing import Any
 
 from rlvr.train.config import TrainConfig
-from rlvr.train.data_parallel import DataParallel
-from rlvr.train.distributed import DataParallelTrainer, FollowerStop
+from rlvr.train.distributed.data_parallel import DataParallel
+from rlvr.train.distributed.ddp import DataParallelTrainer, FollowerStop
 
 
 def is_follower() -> bool:
@@ -24,7 +24,9 @@ def is_follower() -> bool:
 def data_parallel_trainer(cfg: TrainConfig, data_parallel: DataParallel) -> DataParallelTrainer:
     """This rank's trainer: `cfg.parallel` 'ddp' replicates the policy, 'fsdp' shards it."""
     if cfg.parallel == "fsdp":
-        from rlvr.train.sharded import ShardedTrainer  # torch.distributed.fsdp only if used
+        from rlvr.train.distributed.sharded import (
+            ShardedTrainer,  # torch.distributed.fsdp only if used
+        )
 
         return ShardedTrainer(cfg, replace(data_parallel, sharded=True))
     return DataParallelTrainer(cfg, data_parallel)

@@ -36,10 +36,10 @@ import torch
 
 from rlvr.train.collect import Collected
 from rlvr.train.config import TrainConfig
-from rlvr.train.data_parallel import DataParallel
+from rlvr.train.distributed.data_parallel import DataParallel
+from rlvr.train.distributed.ranks import data_parallel_trainer
 from rlvr.train.loop import Trainer
-from rlvr.train.ranks import data_parallel_trainer
-from rlvr.train.rollout_record import Rollout
+from rlvr.train.records.rollout_record import Rollout
 
 ROUND_SEED_OFFSET = 4_000_037
 
@@ -81,7 +81,7 @@ class RolloutPipeline:
     def __init__(self, trainer: Trainer, num_actors: int, max_lag: int) -> None:
         import ray
 
-        from rlvr.train.ray_actors import RolloutWorker
+        from rlvr.train.distributed.ray_actors import RolloutWorker
 
         if num_actors < 1:
             raise ValueError(f"rollout_actors must be ≥ 1 for the async pipeline, got {num_actors}")

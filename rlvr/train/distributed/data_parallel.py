@@ -1,6 +1,6 @@
 """The data-parallel group of one process: which prompt groups are its share, and the
 collectives the update needs (gradient sum, statistics merge, broadcasts). The trainer
-that uses it is `rlvr.train.distributed`; `update.py` needs only this, so it imports no
+that uses it is `rlvr.train.distributed.ddp`; `update.py` needs only this, so it imports no
 trainer."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ REPLICATED = ("train/grad_norm",)  # the norm of the summed gradient, alike on e
 @dataclass(frozen=True)
 class DataParallel:
     """This process's place in the data-parallel group. `sharded`: the policy is sharded
-    with FSDP2 (rlvr/train/fsdp.py), which sums the gradients itself in every backward."""
+    with FSDP2 (rlvr/train/distributed/fsdp.py), which sums the gradients itself in every backward."""
 
     rank: int
     world_size: int

@@ -10,6 +10,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from rlvr.cli.common import fail
+
 DEFAULT_ROWS = {"run": 4, "items": 10, "diff": 5}
 
 
@@ -62,13 +64,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         else:
             print(_text(args, kind))
     except ShowError as err:
-        print(f"rlvr: error: {err}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # `rlvr show RUN | head`: rlvr.cli.main handles it
+        return fail(str(err))
+    except BrokenPipeError:  # `rlvr show RUN | head`: rlvr.cli.main.main handles it
         raise
     except OSError as err:
-        print(f"rlvr: error: cannot write {err.filename}: {err.strerror}", file=sys.stderr)
-        return 2
+        return fail(f"cannot write {err.filename}: {err.strerror}")
     return 0
 
 

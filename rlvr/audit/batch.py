@@ -29,7 +29,7 @@ from rlvr.algo.masks import policy_mask
 from rlvr.algo.recipes import RECIPES
 from rlvr.algo.regularizers import value_loss
 from rlvr.algo.teacher import reverse_kl_metrics
-from rlvr.audit_table import format_audit as format_audit  # the --table view
+from rlvr.audit.table import format_audit as format_audit  # the --table view
 from rlvr.checks import is_int, is_number
 
 

@@ -1,5 +1,5 @@
 """A rollout actor for Ray: a copy of the policy that samples and verifies prompt groups with
-the newest weights the learner has published (rlvr/train/async_pipeline.py).
+the newest weights the learner has published (rlvr/train/distributed/async_pipeline.py).
 
 The actor builds its policy, task and engine exactly as the learner's `Trainer` does (same
 config, same warm start), then only ever receives weights. Ray is imported by the caller.

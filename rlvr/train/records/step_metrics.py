@@ -12,8 +12,8 @@ import torch
 
 from rlvr.algo import PreparedBatch, selection_metrics
 from rlvr.train.collect import Collected
-from rlvr.train.episode_metrics import episode_metrics
-from rlvr.train.rollout_record import Rollout
+from rlvr.train.records.episode_metrics import episode_metrics
+from rlvr.train.records.rollout_record import Rollout
 
 
 def step_metrics(
@@ -77,7 +77,7 @@ def uniform_groups(correct: torch.Tensor, group_ids: torch.Tensor) -> dict[str, 
 
 
 def _failed_samples(rollout: Rollout) -> float:
-    """Generated responses on which some reward function failed (rlvr.reward_guard)."""
+    """Generated responses on which some reward function failed (rlvr.rewards.guard)."""
     return 0.0 if rollout.reward_failed is None else float(rollout.reward_failed.sum())
 
 

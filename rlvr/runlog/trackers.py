@@ -7,7 +7,7 @@ one line naming the extra that installs it, said before the run writes anything.
 Every tracker receives the same values: each step's finite metrics at that step
 (metrics.jsonl records a non-finite value as null; no tracker gets it), the run's resolved
 config with the code's git commit (`code_version`), and the completions tables
-(rlvr/train/completions.py) where it has tables. Local stores: TensorBoard `RUN/tensorboard`;
+(rlvr/runlog/completions.py) where it has tables. Local stores: TensorBoard `RUN/tensorboard`;
 wandb, swanlab and mlflow's file store under `RUN/trackers/`; trackio its own `TRACKIO_DIR`.
 Each library's environment variables choose online or offline (`WANDB_MODE`,
 `SWANLAB_MODE`, `MLFLOW_TRACKING_URI`). A resumed run opens a new run in wandb, trackio,

@@ -4,7 +4,7 @@ The protocol is `DataParallelTrainer`'s (rank 0 samples and broadcasts the batch
 updates on its share of the prompt groups with the global loss weights); what changes is
 where the weights live:
 
-- The policy and π_ref are sharded over the ranks (`rlvr.train.fsdp.shard_policy`); the
+- The policy and π_ref are sharded over the ranks (`rlvr.train.distributed.fsdp.shard_policy`); the
   policy optimizer holds only this rank's shards. Every forward is a collective, so every
   rank runs every π_old/π_ref forward of the batch and as many update passes as the
   busiest rank (`DataParallel.idle_micro_batches`).
@@ -27,9 +27,9 @@ from typing import Any
 import torch
 
 from rlvr.train.config import TrainConfig
-from rlvr.train.data_parallel import DataParallel
-from rlvr.train.distributed import GATHER, DataParallelTrainer
-from rlvr.train.fsdp import (
+from rlvr.train.distributed.data_parallel import DataParallel
+from rlvr.train.distributed.ddp import GATHER, DataParallelTrainer
+from rlvr.train.distributed.fsdp import (
     copy_weights,
     fsdp_mesh,
     gather_optimizer,

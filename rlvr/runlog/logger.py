@@ -2,7 +2,7 @@
 
 The metric names are a contract (docs/metrics.md): namespaced `reward/`, `rollout/`,
 `loss/`, `clip/`, `policy/`, `train/`, `time/`, `eval/`. What is logged is what was used.
-metrics.jsonl is the record; the trackers (`rlvr.train.trackers`: TensorBoard by default)
+metrics.jsonl is the record; the trackers (`rlvr.runlog.trackers`: TensorBoard by default)
 each receive the same finite values. A tracker that fails while the run goes on is warned
 about once and closed: the run and metrics.jsonl are not its hostages.
 """
@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from rlvr.train.trackers import Tracker, finite
+from rlvr.runlog.trackers import Tracker, finite
 
 
 class MetricsLogger:

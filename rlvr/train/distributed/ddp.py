@@ -11,7 +11,7 @@ all-reduced with SUM, since the weights already carry the global normalizers
 
 The rollout record (token ids, masks, rewards) is small next to the model; what is sharded
 is the compute, the forwards and backwards of the policy update. With `parallel: fsdp` the
-weights, gradients and optimizer states are sharded too (`rlvr.train.sharded`).
+weights, gradients and optimizer states are sharded too (`rlvr.train.distributed.sharded`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from rlvr.train.collect import Collected
 from rlvr.train.config import TrainConfig
-from rlvr.train.data_parallel import DataParallel
+from rlvr.train.distributed.data_parallel import DataParallel
 from rlvr.train.loop import Trainer, _stateful
 
 STOP = "rlvr/data-parallel/stop"

@@ -3,10 +3,13 @@ field the columns do not show that differs from its default, so no choice is hid
 
 from __future__ import annotations
 
+import argparse
+import json
 from dataclasses import fields
 
-from rlvr.algo.recipes import Recipe, clip_band
+from rlvr.algo.recipes import RECIPES, Recipe, clip_band, recipe_fields
 from rlvr.algo.registry import SURROGATES
+from rlvr.cli.common import format_table
 
 RECIPE_COLUMNS = (
     "advantage",
@@ -102,3 +105,23 @@ def _teacher_term(recipe: Recipe) -> str:
         return ""
     weight = f" λ={recipe.teacher_weight:g}" if recipe.teacher_weight != 1.0 else ""
     return f" + teacher β={recipe.teacher_kl_coef:g}{weight}"
+
+
+def cmd_recipes(args: argparse.Namespace) -> int:
+    rows = [recipe_row(r) for r in RECIPES.values()]
+    if args.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return 0
+    print(format_table(rows, ("recipe", *RECIPE_COLUMNS, "source")))
+    if args.fields:
+        print("\nFields (override any with --set FIELD=VALUE):")
+        for name, doc in recipe_fields().items():
+            print(f"  {name:22} {doc}")
+    return 0
+
+
+def add_recipes_parser(sub) -> None:
+    p = sub.add_parser("recipes", help="list the named recipes and the choices they make")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--fields", action="store_true", help="also document every recipe field")
+    p.set_defaults(func=cmd_recipes)

@@ -20,7 +20,7 @@ unless the recipe's ``dynamic_sampling_key`` is ``reward``.
 
 Each call runs under ``reward_timeout_s`` with the verifiers' isolation
 (``reward_isolation``); a failure is flagged on the completion, counted and, per
-``reward_errors``, dropped, scored 0 or fatal (``rlvr.reward_guard``, `REWARD_ERRORS`).
+``reward_errors``, dropped, scored 0 or fatal (``rlvr.rewards.guard``, `REWARD_ERRORS`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlvr.checks import resolve_callable
-from rlvr.reward_guard import CallResult, call_arguments, check_signature, guarded_call
+from rlvr.rewards.guard import CallResult, call_arguments, check_signature, guarded_call
 from rlvr.verify import Verdict, check
 from rlvr.verify.timeout import MODES
 
@@ -145,7 +145,7 @@ class RewardModel:
     """Weighted sum of reward functions, each called once per batch under a time limit.
 
     A function that raises, hangs past `timeout_s`, returns the wrong count, a non-number,
-    NaN or inf fails the completions concerned (``rlvr.reward_guard``); `on_error` (one of
+    NaN or inf fails the completions concerned (``rlvr.rewards.guard``); `on_error` (one of
     `REWARD_ERRORS`) says what that costs. rlvr's own reward functions run directly: their
     verifier checks carry their own time limits."""
 
@@ -230,7 +230,7 @@ class RewardModel:
 
     def take_stats(self) -> tuple[dict[str, float], dict[str, int]]:
         """(last batch's means, failures since the last take) for another process's model to
-        `absorb`: a rollout actor scores, the trainer logs (rlvr/train/ray_actors.py)."""
+        `absorb`: a rollout actor scores, the trainer logs (rlvr/train/distributed/ray_actors.py)."""
         failures = dict(self.failures)
         self.failures.clear()
         return dict(self.last_means), failures

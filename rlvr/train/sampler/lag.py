@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from rlvr.models.precision import low_precision_copy
-from rlvr.train.precision import AutocastEngine, OwnCopyEngine
+from rlvr.train.sampler.precision import AutocastEngine, OwnCopyEngine
 
 Snapshot = dict[str, torch.Tensor]
 
@@ -53,7 +53,7 @@ def lagged_engine(
 ) -> Any:
     """The engine `make(module)` builds over a copy of `policy` `lag` updates behind: a bf16
     copy for `sampler_precision` bf16, else a float32 one sampled under the trainer's
-    autocast (as `rlvr.train.precision.sampling_engine` samples the policy itself)."""
+    autocast (as `rlvr.train.sampler.precision.sampling_engine` samples the policy itself)."""
     dtype = torch.bfloat16 if sampler_precision == "bf16" else torch.float32
     twin = low_precision_copy(policy, dtype)
     engine = LaggedEngine(make(twin), policy, twin, lag)
