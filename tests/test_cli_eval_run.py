@@ -52,7 +52,7 @@ def seen(monkeypatch):
     """Stop `rlvr eval` at the evaluation, recording the engine's setup and the settings."""
     record: dict = {}
 
-    def load_engine(setup, task, task_name, task_options, max_new_tokens):
+    def open_engine(setup, task, task_name, task_options, max_new_tokens):
         record.update(setup=setup, task_name=task_name, task_options=task_options)
         record.update(budget=max_new_tokens)
         return "engine"
@@ -65,7 +65,7 @@ def seen(monkeypatch):
         record.update(k=settings, prompts=[p.prompt for p in problems])
         raise ValueError("spy")
 
-    monkeypatch.setattr(eval_run, "load_engine", load_engine)
+    monkeypatch.setattr(eval_run, "open_engine", open_engine)
     monkeypatch.setattr(eval_run, "evaluate_policy", evaluate_policy)
     monkeypatch.setattr("rlvr.eval.bench.evaluate_k", evaluate_k)
     return record
@@ -164,7 +164,7 @@ def test_a_broken_config_is_named(tmp_path, seen, capsys):
 
 def test_eval_run_prints_metrics(tmp_path, monkeypatch, capsys):
     run = _run_dir(tmp_path)
-    monkeypatch.setattr(eval_run, "load_engine", lambda *a: "engine")
+    monkeypatch.setattr(eval_run, "open_engine", lambda *a: "engine")
 
     def evaluate_policy(engine, task, problems, **settings):
         return EvalResult({"eval/accuracy": 0.5}, [0.5] * len(problems), [])

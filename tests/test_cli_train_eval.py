@@ -106,12 +106,12 @@ def test_help_config_lists_every_key(capsys):
 
 def _spy_load_policy(monkeypatch):
     """Stop `rlvr eval` where it would load the model, reporting what it was asked for."""
-    import rlvr.eval.run as eval_run
+    import rlvr.parts.build as parts_build
 
     def spy(model, task_name, task_options, seed, **warm):
         raise ValueError(f"spy: {task_name} {sorted(task_options.items())}")
 
-    monkeypatch.setattr(eval_run, "load_policy", spy)
+    monkeypatch.setattr(parts_build, "load_policy", spy)
 
 
 @pytest.mark.parametrize("assignment", ["digits=3", "task_options.digits=3"])
@@ -148,8 +148,13 @@ def test_eval_budget_defaults_to_the_task_budget(monkeypatch):
         seen.update(settings, items=len(problems))
         raise ValueError("stop")
 
-    monkeypatch.setattr(eval_run, "load_policy", lambda *a, **k: (torch.nn.Linear(1, 1), None, {}))
-    monkeypatch.setattr(eval_run, "HFEngine", lambda *a, **k: None)
+    import rlvr.parts.build as parts_build
+    import rlvr.rollout
+
+    monkeypatch.setattr(
+        parts_build, "load_policy", lambda *a, **k: (torch.nn.Linear(1, 1), None, {})
+    )
+    monkeypatch.setattr(rlvr.rollout, "HFEngine", lambda *a, **k: None)
     monkeypatch.setattr(eval_run, "evaluate_policy", fake_evaluate)
     with pytest.raises(ValueError, match="stop"):
         eval_run.evaluate_model("embedded", "countdown", {}, size=5)

@@ -79,6 +79,91 @@ def test_rlvr_has_no_import_cycle():
     assert cycle is None, " → ".join(cycle)
 
 
+ROOMS: dict[str, set[str]] = {
+    # package: the packages it may import (docs/architecture.md draws them). Everything not
+    # listed is a forbidden arrow: e.g. nothing below `train` imports `train`, `algo` and
+    # `runlog` import nothing but `checks`, `verify` imports no model, and only the
+    # command line (and `__main__`) imports `cli`.
+    "__main__": {"cli"},
+    "checks": set(),
+    "verify_helper": set(),
+    "verify": {"verify_helper", "checks"},
+    "tools": {"checks", "verify"},
+    "envs": {"checks", "tools", "verify"},
+    "tasks": {"checks", "envs", "tools", "verify"},
+    "rewards": {"checks", "verify"},
+    "models": {"checks"},
+    "rollout": {"checks", "models", "envs", "tools", "verify"},
+    "warmstart": {"checks", "models", "rollout", "tasks", "verify"},
+    "algo": {"checks"},
+    "runlog": {"checks"},
+    "parts": {"checks", "envs", "models", "rewards", "rollout", "tasks", "tools", "verify"}
+    | {"warmstart"},
+    "eval": {"checks", "envs", "models", "parts", "rollout", "tasks", "verify", "warmstart"},
+    "train": {"algo", "checks", "envs", "eval", "models", "parts", "rewards", "rollout"}
+    | {"runlog", "tasks", "tools", "verify", "warmstart"},
+    "service": {"algo", "checks", "envs", "eval", "models", "parts", "rewards", "rollout"}
+    | {"runlog", "tasks", "tools", "train", "verify", "warmstart"},
+    "audit": {"algo", "checks"},
+    "compare": {"algo", "checks", "eval", "models", "runlog", "tasks", "train"},
+    "show": {"checks", "eval", "runlog"},
+    "cli": {"algo", "audit", "checks", "compare", "eval", "parts", "runlog", "service"}
+    | {"show", "tasks", "train"},
+}
+ARGUMENT_PARSERS = {"rlvr.service.as_tinker", "rlvr.service.as_pytrio", "rlvr.show.browser"}
+"""`python -m` runners of a front or a tool, which parse their own few flags; every
+subcommand of `rlvr` parses its arguments in `rlvr.cli`."""
+
+
+def package_graph() -> dict[str, set[str]]:
+    """The import graph collapsed to rlvr's top-level packages (short names)."""
+    top = lambda module: module.split(".")[1] if "." in module else ""  # noqa: E731
+    packages: dict[str, set[str]] = {}
+    for module, imported in import_graph().items():
+        packages.setdefault(top(module), set()).update({top(m) for m in imported})
+    return {p: found - {p} for p, found in packages.items()}
+
+
+def test_rlvr_holds_only_packages():
+    loose = sorted(
+        p.name for p in ROOT.glob("*.py") if p.name not in ("__init__.py", "__main__.py")
+    )
+    assert not loose, f"modules loose at the top of rlvr/: {loose}; each belongs in a package"
+
+
+def test_every_package_imports_only_the_rooms_below_it():
+    graph = package_graph()
+    graph.pop("", None)  # rlvr/__init__ and __main__
+    unknown = sorted(set(graph) - set(ROOMS))
+    assert not unknown, f"packages without a room in ROOMS (and docs/architecture.md): {unknown}"
+    upward = {p: sorted(graph[p] - ROOMS[p]) for p in graph if graph[p] - ROOMS[p]}
+    assert not upward, f"forbidden arrows (package: what it imports): {upward}"
+
+
+def test_rooms_forbid_what_design_forbids():
+    """The table itself keeps DESIGN's rules, so loosening it is a visible decision."""
+    below_train = {p for p, allowed in ROOMS.items() if "train" not in allowed} - {"train"}
+    assert {"algo", "models", "rollout", "tasks", "eval", "parts", "runlog"} <= below_train
+    assert ROOMS["algo"] == {"checks"} and ROOMS["checks"] == set()
+    assert not ROOMS["verify"] & {"models", "rollout", "train", "algo"}
+    assert all("cli" not in allowed for room, allowed in ROOMS.items() if room != "__main__")
+    assert ROOMS["verify_helper"] == set()
+
+
+def test_only_the_cli_parses_arguments():
+    parsers = set()
+    for path in ROOT.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if "argparse" in names:
+                parsers.add(_module_name(path))
+    outside = sorted(
+        m for m in parsers if not m.startswith("rlvr.cli") and m not in ARGUMENT_PARSERS
+    )
+    assert not outside, f"modules outside rlvr.cli that parse arguments: {outside}"
+
+
 def test_rlvr_packages_are_layered():
     """Collapsed to rlvr's subpackages (algo, models, rollout, warmstart, train, ...), the
     graph is acyclic too: e.g. models never imports rollout, whose engines import models."""

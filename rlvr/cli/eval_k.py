@@ -58,29 +58,26 @@ def evaluate_from_args(args: argparse.Namespace) -> dict[str, float]:
     """Load the model and task the arguments name and run `evaluate_k`."""
     from dataclasses import replace
 
+    from rlvr.eval import run as eval_run
     from rlvr.eval.bench import KSettings, evaluate_k
-    from rlvr.eval.run import (
-        ModelSetup,
-        load_engine,
-        response_budget,
-        select_problems,
-        with_episodes,
-    )
-    from rlvr.tasks import make_task
 
     options = _options(args)
-    task = make_task(args.task, **options["task_options"])
-    task = with_episodes(task, getattr(args, "run_episodes", None))  # a run's tools (--run)
-    budget = response_budget(task, args.max_new_tokens)
     setup = replace(
-        getattr(args, "model_setup", None) or ModelSetup(),
+        getattr(args, "model_setup", None) or eval_run.ModelSetup(),
         model=args.model,
         policy=options.get("policy", {}),
         engine=args.engine,
         engine_options=options.get("engine_options", {}),
     )
-    engine = load_engine(setup, task, args.task, options["task_options"], budget)
-    problems = select_problems(task, args.split, args.size)
+    task, engine, problems, budget = eval_run.prepare_eval(
+        setup,
+        args.task,
+        options["task_options"],
+        getattr(args, "run_episodes", None),  # a run's tools (--run)
+        args.split,
+        args.size,
+        args.max_new_tokens,
+    )
     k = args.k if args.k is not None else args.samples
     settings = KSettings(k, args.temperature, args.top_p, budget, args.seed, args.batch_size)
     return evaluate_k(engine, task, problems, settings, args.items)

@@ -2,66 +2,37 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.checks import is_int
-from rlvr.envs.attach import attach_environment
-from rlvr.envs.chat_tools import declare_chat_tools
 from rlvr.eval.evaluate import evaluate_policy
-from rlvr.models.hf_policy import chat_formatted, prepare_policy
-from rlvr.models.load import EMBEDDED
-from rlvr.models.policy_options import PolicyOptions
-from rlvr.rollout import HFEngine, RolloutEngine
-from rlvr.rollout.interrupt import ForcedInterruption
-from rlvr.tasks import SPLITS, Problem, Task, make_task
-from rlvr.warmstart import load_policy
+from rlvr.parts import Episodes, ModelSpec, build_task, open_engine
+from rlvr.rollout import RolloutEngine
+from rlvr.tasks import SPLITS, Problem, Task
+
+ModelSetup = ModelSpec
+"""How a policy is loaded and sampled from (`rlvr.parts.ModelSpec`, by its eval name)."""
 
 
-@dataclass(frozen=True)
-class ModelSetup:
-    """How a policy is loaded and sampled from; `rlvr eval --run` fills it from the run's
-    config so that a checkpoint is evaluated as it was trained."""
-
-    model: str = EMBEDDED
-    """'embedded', a directory such as runs/demo/checkpoint/policy, or a hub id."""
-    policy: dict[str, Any] = field(default_factory=dict)
-    """`PolicyOptions` of a Hugging Face policy (chat_template, dtype, device, ...)."""
-    engine: str = "hf"
-    """'hf' (in-process) or 'vllm'."""
-    engine_options: dict[str, Any] = field(default_factory=dict)
-    fp32_head: bool = True
-    """The in-process engine computes the LM head in float32 (the recipe's choice)."""
-    think_budget: int | None = None
-    """Forced length interruption after this many tokens (`rlvr.rollout.interrupt`)."""
-    interrupt_phrase: str = " Final answer:"
-
-
-def load_engine(
-    setup: ModelSetup, task: Task, task_name: str, task_options: dict, max_new_tokens: int
-) -> RolloutEngine:
-    """The engine sampling from `setup`'s policy (dropout off). With a chat template,
-    `task`'s prompts are re-rendered in place, so select its problems afterwards."""
-    policy, tokenizer, _ = load_policy(setup.model, task_name, task_options, 0)
-    if setup.model != EMBEDDED:
-        options = PolicyOptions.from_dict(setup.policy)
-        policy, _ = prepare_policy(policy, options)
-        chat_formatted(task, tokenizer, options, getattr(task, "tool_schemas", None))
-        declare_chat_tools(task, tokenizer, options.enable_thinking)
-    policy.eval()  # dropout off
-    engine: RolloutEngine
-    if setup.engine == "vllm":
-        from rlvr.rollout.vllm_engine import VLLMEngine
-
-        engine = VLLMEngine.create(policy, tokenizer, **setup.engine_options)
-    else:
-        compile_ = setup.engine_options.get("compile", False)
-        engine = HFEngine(policy, tokenizer, fp32_head=setup.fp32_head, compile=compile_)
-    if setup.think_budget is not None:
-        engine = ForcedInterruption(
-            engine, tokenizer, setup.think_budget, setup.interrupt_phrase, max_new_tokens
-        )
-    return engine
+def prepare_eval(
+    setup: ModelSpec,
+    task_name: str,
+    task_options: dict[str, Any],
+    episodes: dict[str, Any] | None,
+    split: str,
+    size: int,
+    max_new_tokens: int | None,
+) -> tuple[Task, RolloutEngine, list[Problem], int]:
+    """The parts of an evaluation, resolved once (`rlvr.parts`): the task with a run's
+    `episodes` (None: as it is), the engine over `setup`'s policy, the first `size`
+    problems of `split` (0: all) as the engine's template renders them, and the response
+    budget (`max_new_tokens`, or the task's default when None). A bad split or size is
+    named before the model loads."""
+    task = build_task(task_name, task_options, Episodes.of(episodes) if episodes else None)
+    select_problems(task, split, size)
+    budget = response_budget(task, max_new_tokens)
+    engine = open_engine(setup, task, task_name, task_options, budget)
+    return task, engine, select_problems(task, split, size), budget
 
 
 def evaluate_model(
@@ -84,16 +55,14 @@ def evaluate_model(
     `episodes` (a run's environment, tools, tool_format and episode fields) makes the
     evaluation multi-turn, with tool use reported (`rlvr.eval.tool_metrics`)."""
     setup = model if isinstance(model, ModelSetup) else ModelSetup(model)
-    task = with_episodes(make_task(task_name, **task_options), episodes)
-    select_problems(task, split, size)  # a bad split or size is named before loading
     _check_count("samples", samples, 1, "samples per problem")
-    max_new_tokens = response_budget(task, max_new_tokens)
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
-    engine = load_engine(setup, task, task_name, task_options, max_new_tokens)
-    problems = select_problems(task, split, size)
+    task, engine, problems, max_new_tokens = prepare_eval(
+        setup, task_name, task_options, episodes, split, size, max_new_tokens
+    )
     result = evaluate_policy(
         engine,
         task,
@@ -109,20 +78,6 @@ def evaluate_model(
         "eval/max_new_tokens": float(max_new_tokens),
         **result.metrics,
     }
-
-
-def with_episodes(task: Task, episodes: dict[str, Any] | None) -> Task:
-    """`task` with a run's environment or tools and episode budgets (None: as it is)."""
-    if not episodes:
-        return task
-    return attach_environment(
-        task,
-        episodes.get("environment"),
-        episodes.get("environment_options") or {},
-        episodes.get("tools") or [],
-        episodes.get("episode") or {},
-        episodes.get("tool_format", "tags"),
-    )
 
 
 def select_problems(task: Task, split: str, size: int) -> list[Problem]:

@@ -16,7 +16,7 @@ import yaml
 
 from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
 from rlvr.checks import check_field_types, check_int, is_number
-from rlvr.envs.attach import attach_environment
+from rlvr.parts import Episodes, check_model_options, with_episodes
 from rlvr.tasks import TASKS, Task, make_task
 from rlvr.train.config_checks import (
     absolute_paths,
@@ -27,7 +27,6 @@ from rlvr.train.config_checks import (
     check_tracking,
     check_warm_start_fields,
 )
-from rlvr.train.hf_setup import check_options as check_hf_options
 from rlvr.train.sampler.lag import check_sampler_lag
 from rlvr.train.sampler.precision import check_precision
 from rlvr.train.teacher_model import check_teacher
@@ -291,15 +290,8 @@ class TrainConfig:
             raise ValueError(f"warm_target must be in [0, 1], got {self.warm_target!r}")
         if self.think_budget is not None and self.think_budget < 1:
             raise ValueError(f"think_budget must be ≥ 1 or null, got {self.think_budget!r}")
-        attach_environment(
-            task,
-            self.environment,
-            self.environment_options,
-            self.tools,
-            self.episode,
-            self.tool_format,
-            build=False,  # a tool factory (a search index) is made when the run starts
-        )
+        # build=False: a tool factory (a search index) is made when the run starts
+        with_episodes(task, Episodes.of(self), build=False)
         check_tool_format(self)
         if self.think_budget is not None and task.episode_budgets is not None:
             raise ValueError(
@@ -313,7 +305,7 @@ class TrainConfig:
             raise ValueError(f"recipe={self.recipe!r} is unknown; valid: {', '.join(RECIPES)}")
         recipe = self.build_recipe()  # validates the overrides
         check_teacher(self.teacher, recipe, self.parallel)
-        check_hf_options(self)
+        check_model_options(self.model, self.policy, self.rollout_engine, self.engine_options)
         check_precision(self, recipe)
         check_sampler_lag(self)
         check_reward_fields(self, recipe)

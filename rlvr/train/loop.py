@@ -16,17 +16,27 @@ from typing import Any
 import torch
 
 from rlvr.algo import PreparedBatch, prepare_batch
+from rlvr.algo.objective import rejection_on
 from rlvr.algo.entropy_control import adaptive_entropy
 from rlvr.algo.gae import gae
 from rlvr.algo.token_advantages import outcome_token_rewards
 from rlvr.eval import evaluate_policy
 from rlvr.models import response_logprobs
+from rlvr.models.context import check_context, context_length
 from rlvr.models.hf_policy import reference_policy
 from rlvr.models.modes import dropout_off
 from rlvr.models.precision import autocast, model_device
 from rlvr.models.value import ValueModel
+from rlvr.parts import (
+    Episodes,
+    dress_policy,
+    interrupted,
+    longest_prompt,
+    make_engine,
+    with_episodes,
+)
+from rlvr.rewards import attach_rewards
 from rlvr.rollout import SamplingParams
-from rlvr.rollout.interrupt import ForcedInterruption
 from rlvr.tasks import make_task
 from rlvr.train.checkpoints.rng_state import load_rng_state, rng_state
 from rlvr.train.collect import (
@@ -37,7 +47,6 @@ from rlvr.train.collect import (
 )
 from rlvr.train.config import TrainConfig, check_eval_size
 from rlvr.train.critic import critic_optimizer, critic_update, critic_values
-from rlvr.train.hf_setup import make_engine, prepare_components
 from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.records.rollout_record import Rollout
 from rlvr.train.records.step_metrics import step_metrics
@@ -68,9 +77,7 @@ class Trainer:
         check_device(cfg, model_device(self.model))  # bf16 where it is emulated: refused
         # The teacher's template fills {prompt} with the prompt before any chat template.
         teacher_problems = self.task.problems("train") if cfg.teacher else []
-        self.model, self.task = prepare_components(
-            cfg, self.model, self.tokenizer, self.task, self.model_info
-        )
+        self.model, self.task = self._dress(self.model, self.task)
         # Every RL forward (sampling, π_old, π_ref, V, and the training forwards of policy
         # and critic) runs with dropout off; gradients still flow. With dropout on, two
         # forwards of the same weights differ, so ratios, clip fractions and KL would
@@ -121,17 +128,30 @@ class Trainer:
         """The rollout engine sampling from `model`, from its bf16 copy (`sampler_precision`)
         or from a copy `sampler_lag` updates behind, wrapped for forced interruption."""
         cfg = self.cfg
-        make = lambda m: make_engine(cfg, m, self.tokenizer, self.recipe.fp32_head)  # noqa: E731
+        make = lambda m: make_engine(  # noqa: E731
+            m, self.tokenizer, cfg.rollout_engine, cfg.engine_options, self.recipe.fp32_head
+        )
         precisions = (cfg.precision, cfg.sampler_precision)
         if cfg.sampler_lag:
             engine = lagged_engine(make, model, *precisions, cfg.sampler_lag)
         else:
             engine = sampling_engine(make, model, *precisions)
-        if cfg.think_budget is not None:
-            engine = ForcedInterruption(
-                engine, self.tokenizer, cfg.think_budget, cfg.interrupt_phrase, cfg.max_new_tokens
-            )
-        return engine
+        return interrupted(engine, self.tokenizer, cfg, cfg.max_new_tokens)
+
+    def _dress(self, model: torch.nn.Module, task: Any) -> tuple[torch.nn.Module, Any]:
+        """The policy and the task with the run's parts (`rlvr.parts`): its environment or
+        tools, its policy options and chat template (declaring the tools), and its rewards;
+        a response budget that cannot fit the context is refused before any generation."""
+        cfg = self.cfg
+        task = with_episodes(task, Episodes.of(cfg))
+        model, extra = dress_policy(model, self.tokenizer, task, cfg.model, cfg.policy)
+        self.model_info.update(extra)
+        attach_rewards(
+            task, cfg.reward_funcs, cfg.reward_timeout_s, cfg.reward_errors, cfg.reward_isolation
+        )
+        longest = longest_prompt(task, self.tokenizer)
+        check_context(cfg.max_new_tokens, context_length(model), longest)
+        return model, task
 
     @property
     def full_policy(self) -> torch.nn.Module:
@@ -204,7 +224,8 @@ class Trainer:
     def _annotate(self, rollout: Rollout) -> None:
         """Add π_old, π_ref, V_old and the teacher's log π_T to the rollout, each computed
         once before any update."""
-        if not self.on_policy:
+        # A rejection compares π_old with the sampler before the advantages (as verl).
+        if not self.on_policy or rejection_on(self.recipe):
             rollout.old_logprobs = self._logprobs(self.model, rollout)
         if self.reference is not None:
             rollout.ref_logprobs = self._logprobs(self.reference, rollout)
@@ -335,6 +356,7 @@ class Trainer:
             values=rollout.values,
             teacher_logprobs=rollout.teacher_logprobs,
             lengths=rollout.lengths,  # the inserted phrase counts toward L_max, so the ramp too
+            sampler_logprobs=rollout.sampler_logprobs,  # for rejection (rollout correction)
         )
 
     def _critic_steps(self, rollout, returns, mask, keep) -> dict[str, float]:

@@ -85,7 +85,7 @@ def use_tool_calling_engine(monkeypatch) -> None:
     """Every Trainer made from now on in this test samples through `ToolCallingEngine`."""
     import rlvr.train.loop
 
-    def make_engine(cfg, model, tokenizer, fp32_head):
+    def make_engine(model, tokenizer, engine, engine_options, fp32_head):
         return ToolCallingEngine(model, tokenizer, fp32_head)
 
     monkeypatch.setattr(rlvr.train.loop, "make_engine", make_engine)
