@@ -25,6 +25,11 @@ Layout of a run directory:
 Every checkpoint carries `manifest.json` (its step and the sha256 of every file), written
 last: a checkpoint without a manifest, or whose files do not match it, is partial or
 corrupt, and `find_resumable` passes over it to the previous good one with a warning.
+
+The manifest guards against partial writes, not against a hostile author (who writes the
+manifest too). What guards against one is that `trainer_state.pt` is read with
+`torch.load(weights_only=True)`: tensors and plain values only, so loading a checkpoint or a
+service state from someone else runs none of its code (docs/security.md).
 """
 
 from __future__ import annotations
@@ -32,12 +37,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import re
 import shutil
 import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from rlvr.models.hf_policy import load_adapter, lora_layers, save_adapter, save_kwargs
@@ -49,6 +56,13 @@ UNUSABLE = "checkpoint.unusable-"
 MANIFEST = "manifest.json"
 ADAPTER = "adapter"
 _OLDER = re.compile(r"^checkpoint\.step-(\d+)$")
+try:
+    from numpy._core.multiarray import _reconstruct
+except ImportError:  # NumPy 1
+    from numpy.core.multiarray import _reconstruct
+OLDER_RNG_GLOBALS = [_reconstruct, np.ndarray, np.dtype, np.dtypes.UInt32DType]
+"""The only globals a trainer state may name: a checkpoint of an older rlvr stored NumPy's
+RNG key as a uint32 array. Arrays of any other dtype (objects: pickles inside) are refused."""
 
 
 def save_checkpoint(
@@ -159,7 +173,21 @@ def checkpoint_step(path: Path) -> int | None:
 
 
 def load_trainer_state(directory: Path) -> dict[str, Any]:
-    return torch.load(Path(directory) / "trainer_state.pt", weights_only=False)
+    """`trainer_state.pt` of a checkpoint or service state, read without running any of its
+    code: a file that names anything but tensors, plain values and OLDER_RNG_GLOBALS is
+    refused with a one-line ValueError."""
+    path = Path(directory) / "trainer_state.pt"
+    try:
+        with torch.serialization.safe_globals(OLDER_RNG_GLOBALS):
+            return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as error:
+        named = re.search(r"GLOBAL ([\w.]+)", str(error))  # torch words it several ways
+        what = f"it names {named.group(1)}" if named else "objects torch's safe loader refuses"
+        raise ValueError(
+            f"{path} holds more than tensors and plain values ({what}); rlvr does not load "
+            f"it, since unpickling it could run code: use checkpoints and states that rlvr "
+            f"wrote (docs/security.md, 'Checkpoints and states')"
+        ) from None
 
 
 def load_policy_weights(policy: torch.nn.Module, checkpoint: Path) -> None:

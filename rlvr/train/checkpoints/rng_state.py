@@ -4,6 +4,10 @@ The global ones (Python `random`, NumPy, torch CPU and CUDA) and every `torch.Ge
 found as an attribute of the objects given (the trainer, its engine and what they wrap),
 keyed by attribute path. A generator added to the trainer later is covered without any
 change here.
+
+Every state is a tensor or a plain value (NumPy's key as a list of ints, not an array), so a
+checkpoint loads with `torch.load(weights_only=True)`, which runs no code of the file's
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ def find_generators(root: Any, name: str = "", depth: int = 3) -> dict[str, torc
 def rng_state(root: Any) -> dict[str, Any]:
     state = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": numpy_state(),
         "torch": torch.get_rng_state(),
         "generators": {k: g.get_state() for k, g in find_generators(root).items()},
     }
@@ -53,7 +57,7 @@ def rng_state(root: Any) -> dict[str, Any]:
 
 def load_rng_state(root: Any, state: dict[str, Any]) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    np.random.set_state(state["numpy"])  # a dict (numpy_state), or an older rlvr's tuple
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -63,3 +67,11 @@ def load_rng_state(root: Any, state: dict[str, Any]) -> None:
         raise ValueError(f"checkpoint has RNG state for generator(s) the run lacks: {missing}")
     for key, value in state["generators"].items():
         generators[key].set_state(value)
+
+
+def numpy_state() -> dict[str, Any]:
+    """NumPy's global RNG state with its MT19937 key as a list of ints: what
+    `np.random.set_state` takes, and nothing `torch.load(weights_only=True)` refuses."""
+    state = np.random.get_state(legacy=False)
+    inner = state["state"]
+    return {**state, "state": {"key": inner["key"].tolist(), "pos": int(inner["pos"])}}
