@@ -1,4 +1,5 @@
-"""The matrix-multiply trace behind `benchmarks/step_vs_trl.py`'s floor line."""
+"""The matrix-multiply trace behind `benchmarks/step_vs_trl.py`'s floor line
+(`benchmarks/step_vs_trl_floor.py`)."""
 
 import sys
 from pathlib import Path
@@ -8,7 +9,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from step_vs_trl import MatmulTrace, replay
+from step_vs_trl_floor import MatmulTrace, replay
 
 
 def test_counts_two_mkn_per_product():

@@ -1,0 +1,129 @@
+"""The same work for both sides of `step_vs_trl.py`: one freshly initialised Qwen2-style
+model (seed 0, fp32, character vocabulary of 50), one tokenizer built in memory, the 8
+prompts and the reward; and the phase clock every contestant's step is timed with."""
+
+from __future__ import annotations
+
+import hashlib
+import string
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+
+import torch
+
+SIZES = {  # name: (hidden, layers, heads, intermediate)
+    "3m": (256, 4, 4, 768),
+    "30m": (512, 8, 8, 1792),
+}
+CHARS = string.ascii_lowercase + string.digits + "+-*=() ."  # 44 + 2 specials + 4 spare
+PAD, EOS = 0, 1
+LR = 1e-5
+
+
+def build_model(size: str, vocab: int, seed: int = 0):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    hidden, layers, heads, inter = SIZES[size]
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config).float()
+
+
+def build_hf_tokenizer():
+    """A character-level `PreTrainedTokenizerFast`, built in memory (no hub access)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": PAD, "<eos>": EOS} | {c: i + 2 for i, c in enumerate(CHARS)}
+    for i in range(50 - len(vocab)):
+        vocab[f"<unused{i}>"] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+
+
+class NoEosTokenizer:
+    """rlvr's tokenizer interface over the same vocabulary, with an EOS id no token has,
+    so every row runs the full budget (TRL's `min_new_tokens` does the same there)."""
+
+    pad_token_id = PAD
+    eos_token_id = -1
+
+    def __init__(self, hf) -> None:
+        self.hf = hf
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.hf)
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids, skip_special: bool = True) -> str:
+        return self.hf.decode(ids, skip_special_tokens=skip_special)
+
+
+PROMPTS = [
+    f"{a}+{b}=" for a, b in [(12, 7), (3, 45), (61, 9), (8, 8), (27, 33), (5, 90), (14, 2), (70, 6)]
+]
+
+
+def reward(text: str) -> float:
+    """A cheap reward with spread inside every group: the share of digits in the text."""
+    return sum(c.isdigit() for c in text) / max(len(text), 1)
+
+
+def correct(text: str) -> bool:
+    """rlvr's 0/1 verdict (what DAPO's dynamic sampling filters on): at least 9 digits
+    of 32 tokens, the median at initialisation (measured: mean 9.1 on seed 0),
+    so nearly every group is mixed and both sides train on the same rows (TRL has no
+    dynamic sampling); the benchmark prints the rows rlvr trained."""
+    return sum(c.isdigit() for c in text) >= 9
+
+
+def weights_digest(model) -> str:
+    """SHA-256 of the parameters, so the driver can check every process built the same."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+class Phases:
+    """Accumulated seconds per phase for the step in progress."""
+
+    def __init__(self) -> None:
+        self.now: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def time(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.now[name] += time.perf_counter() - start
+
+    def wrap(self, name: str, fn):
+        def timed(*args, **kwargs):
+            with self.time(name):
+                return fn(*args, **kwargs)
+
+        return timed
+
+    def take(self) -> dict[str, float]:
+        out, self.now = dict(self.now), defaultdict(float)
+        return out
