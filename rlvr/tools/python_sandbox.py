@@ -11,8 +11,6 @@ with special tokens of chat templates broken (`special_tokens.neutralise`).
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import itertools
 import json
 import math
 import os
@@ -20,21 +18,19 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from rlvr.tools.sandbox_launcher import processes_of
+from rlvr.tools.sandbox_procfs import processes_of
+from rlvr.tools.sandbox_uids import UID_COUNT, SandboxError, sandbox_uid  # both still here
 from rlvr.tools.special_tokens import neutralise
 
 HERE = Path(__file__).resolve().parent
 LAUNCHER = str(HERE / "sandbox_launcher.py")
 RUNNER = (HERE / "sandbox_runner.py").read_text()
-UID_COUNT = 1024
-"""Sandbox uids are first_uid … first_uid + UID_COUNT − 1, one per concurrent call."""
 MAX_CODE_BYTES = 100_000
 """Longer code is refused (it travels as one argument; Linux takes 128 KiB)."""
 MAX_TIMEOUT_S = 30.0
@@ -49,10 +45,6 @@ ENV = {
 }
 """The code's whole environment (HOME and TMPDIR: its working directory); nothing of the
 trainer's."""
-
-
-class SandboxError(RuntimeError):
-    """The sandbox itself failed (not the code it ran); the tool call becomes an error."""
 
 
 @dataclass(frozen=True)
@@ -126,15 +118,26 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRes
 
     A SIGALRM (an enclosing time limit) is held until everything of the call is killed,
     then delivered: the clean-up cannot be interrupted halfway."""
-    if len(code.encode()) > MAX_CODE_BYTES or "\0" in code:
-        why = "contains a null byte" if "\0" in code else f"is over {MAX_CODE_BYTES} bytes"
+    if why := _unpassable(code):
         return SandboxResult(f"error: the code {why}; it was not run", exit_code=None)
     masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
     try:
-        with _sandbox_uid(limits.first_uid) as uid:
+        with sandbox_uid(limits.first_uid, _settled) as uid:
             return _run(code, limits, uid)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, masked)
+
+
+def _unpassable(code: str) -> str | None:
+    """Why `code` cannot travel as the interpreter's argument, if it cannot: a null byte,
+    a lone surrogate (no UTF-8 for it), or more than MAX_CODE_BYTES."""
+    if "\0" in code:
+        return "contains a null byte"
+    try:
+        size = len(code.encode())
+    except UnicodeEncodeError as error:
+        return f"contains a lone surrogate (U+{ord(code[error.start]):04X}), which is not text"
+    return f"is over {MAX_CODE_BYTES} bytes" if size > MAX_CODE_BYTES else None
 
 
 def _run(code: str, limits: SandboxLimits, uid: int | None) -> SandboxResult:
@@ -228,6 +231,14 @@ def _alive(uid: int) -> bool:
     return any(state != "Z" for state in processes_of(uid).values())
 
 
+def _settled(uid: int) -> bool:
+    """Whether no process of `uid` is left alive, after one more sweep if one is: its lock
+    is released only then (`sandbox_uid`)."""
+    if _alive(uid):
+        _sweep(uid)
+    return not _alive(uid)
+
+
 def _sweep(uid: int) -> None:
     sweeper = [sys.executable, "-I", "-S", LAUNCHER, json.dumps({"sweep": uid})]
     if subprocess.run(sweeper, env=dict(ENV), timeout=30).returncode != 0:
@@ -250,10 +261,12 @@ _warned: set[tuple[str, ...]] = set()
 
 
 NOT_ENFORCED = {
-    "namespaces": "no namespaces: the network is reachable, the file system is writable "
-    "where the user may write, other processes are visible",
+    "namespaces": "no namespaces: the network is reachable, the host's files are visible and "
+    "writable where the user may write, other processes are visible",
     "uid": "not root: the code runs as the trainer's user",
     "read_only_root": "the file system could not be made read-only",
+    "seccomp": "no seccomp filter: the code may create namespaces of its own and memory "
+    "outside its limits",
 }
 
 
@@ -267,35 +280,6 @@ def _warn_once(enforced: dict) -> None:
             RuntimeWarning,
             stacklevel=4,
         )
-
-
-_counter = itertools.count()
-
-
-@contextlib.contextmanager
-def _sandbox_uid(first_uid: int) -> Iterator[int | None]:
-    """A host uid no other call (in any process) is using, held by a file lock; None when
-    not root (the code then runs as the trainer's user)."""
-    if os.geteuid() != 0:
-        yield None
-        return
-    locks = Path(tempfile.gettempdir()) / "rlvr-sandbox-uids"
-    locks.mkdir(mode=0o700, exist_ok=True)
-    start = os.getpid() * 7 + next(_counter)  # spread processes and calls; no shared RNG
-    for k in range(UID_COUNT):
-        uid = first_uid + (start + k) % UID_COUNT
-        fd = os.open(locks / str(uid), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        try:
-            yield uid
-        finally:
-            os.close(fd)  # releases the lock
-        return
-    raise SandboxError(f"all {UID_COUNT} sandbox uids from {first_uid} are in use")
 
 
 def observation(result: SandboxResult, limits: SandboxLimits) -> str:
