@@ -18,6 +18,7 @@ from rlvr.algo import StepStats, policy_loss
 from rlvr.algo.loss import MISMATCH_MAX
 from rlvr.algo.objective import PreparedBatch, step_weights
 from rlvr.algo.recipes import Recipe
+from rlvr.algo.registry import SURROGATES
 from rlvr.models.logprobs import response_logprobs
 from rlvr.models.precision import autocast, model_device
 from rlvr.train.records.rollout_record import Rollout
@@ -58,19 +59,35 @@ def minibatch_rows(
     return [keep & torch.isin(group_ids, c) for c in chunks]
 
 
-def skippable_rows(recipe: Recipe, advantages: torch.Tensor) -> torch.Tensor:
-    """Rows that contribute no gradient at all: every advantage 0 and no per-token
-    regularizer (KL in the loss, entropy, NLL) that would still reach them. (N,) bool."""
-    if not recipe.zero_adv_skip:
-        return torch.zeros(advantages.shape[0], dtype=torch.bool)
-    if (
+def skippable_rows(
+    recipe: Recipe, advantages: torch.Tensor, keep: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rows that contribute no gradient at all: every advantage 0 and no term but the
+    advantage-weighted policy term in the loss (`gradient_only_from_advantages`). With
+    `zero_adv_skip`, every such row; without, all rows when every `keep` row is one: the
+    step's gradient is then exactly 0 and its forward/backward is skipped. (N,) bool."""
+    none = torch.zeros(advantages.shape[0], dtype=torch.bool)
+    if not gradient_only_from_advantages(recipe):
+        return none
+    zero = (advantages == 0).all(-1)
+    if recipe.zero_adv_skip:
+        return zero
+    kept = zero if keep is None else zero[keep]
+    return zero if bool(kept.all()) else none
+
+
+def gradient_only_from_advantages(recipe: Recipe) -> bool:
+    """Whether a row with Â = 0 everywhere adds exactly 0 to the gradient: no per-token
+    regularizer (KL in the loss, entropy bonus, NLL) reaches it and the surrogate is a
+    multiple of Â (not one with per-micro-batch token statistics, whose KL-Cov term does
+    not vanish). A teacher acts through Â; a critic trains in its own update."""
+    return not (
         (recipe.needs_reference and not recipe.kl_in_reward)
         or recipe.entropy_coef
         or recipe.entropy_target is not None  # adaptive: the bonus and its measured H
         or recipe.nll_coef
-    ):
-        return torch.zeros(advantages.shape[0], dtype=torch.bool)
-    return (advantages == 0).all(-1)
+        or SURROGATES.get(recipe.surrogate).per_micro_batch
+    )
 
 
 def policy_update(
@@ -91,7 +108,7 @@ def policy_update(
     gradients (whose weights are global) are summed over ranks (rlvr/train/distributed/ddp.py)."""
     start = time.perf_counter()
     stats = StepStats()
-    skip = skippable_rows(recipe, prepared.advantages)
+    skip = skippable_rows(recipe, prepared.advantages, prepared.keep)
     computed_rows = optimizer_steps = nonfinite = 0
     worst = None  # the largest |log π_old − log π_sampler| the loss saw
     coef = recipe.entropy_coef if entropy_coef is None else entropy_coef
@@ -142,6 +159,8 @@ def policy_update(
     skipped = int(skip[prepared.keep].sum()) * settings.ppo_epochs
     metrics.update(
         {
+            # 1: no row was computed, the step's gradient being exactly 0 (skippable_rows).
+            "train/backward_skipped": float(bool(skip[prepared.keep].all())),
             "train/optimizer_steps": float(optimizer_steps),
             "train/nonfinite_skipped": float(nonfinite),
             "train/skipped_rows": float(skipped),
