@@ -86,7 +86,7 @@ def test_an_all_zero_advantage_step_skips_its_backward_with_identical_weights(
 
 def test_a_kl_in_the_loss_keeps_the_backward(small_config, monkeypatch):
     """GRPO's β·KL has a gradient whatever Â is: the zero-advantage step still computes."""
-    metrics, grads, _ = _second_step(small_config, "grpo", False, monkeypatch)
+    metrics, _, _ = _second_step(small_config, "grpo", False, monkeypatch)
     assert metrics["reward/zero_adv_frac"] == 1.0
     assert metrics["train/backward_skipped"] == 0.0 and metrics["train/skipped_rows"] == 0.0
 
@@ -126,10 +126,10 @@ def test_no_reference_forward_without_kl_and_no_old_forward_on_policy(small_conf
         "two_minibatches": {"recipe": "grpo", "kl_coef": 0.0, "num_minibatches": 2},
     }.items():
         trainer = Trainer(small_config(**overrides))
-        calls = []
+        calls: list = []
         original = trainer._logprobs
-        trainer._logprobs = lambda model, rollout, o=original: calls.append(model) or o(
-            model, rollout
+        trainer._logprobs = lambda model, rollout, o=original, c=calls: (
+            c.append(model) or o(model, rollout)
         )
         trainer.train_step()
         counts[name] = (len(calls), trainer.reference is not None)
