@@ -18,7 +18,9 @@ def add_k_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data", help="JSONL/JSON/Parquet file of the task (every row is evaluated)"
     )
-    parser.add_argument("--items", help="write one JSONL line per item (samples and verdicts) here")
+    parser.add_argument(
+        "--items", help="with --k: write one JSONL line per item (samples and verdicts) here"
+    )
     parser.add_argument(
         "--top-p", type=float, default=None, help="nucleus sampling (default: 1, or the run's)"
     )

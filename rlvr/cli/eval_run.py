@@ -51,6 +51,11 @@ def resolve_eval_args(args: argparse.Namespace) -> None:
         args.max_new_tokens = from_run["max_new_tokens"]
     if getattr(args, "tools", None) is not None and run is None:
         raise ValueError("--tools applies to a run's checkpoint (--run); this eval has no run")
+    if getattr(args, "items", None) is not None and args.k is None and args.data is None:
+        raise ValueError(
+            f"--items {args.items}: the per-item records are written by the pass@k "
+            "evaluation, which --k K (or --data FILE) selects; add --k 1 for one sample per item"
+        )
 
 
 def _run_dir(args: argparse.Namespace) -> Path | None:
