@@ -13,7 +13,7 @@ from rlvr.algo.registry import KL_ESTIMATORS, RATIOS, SURROGATES
 from rlvr.algo.regularizers import importance_corrected
 from rlvr.algo.rollout_correction import (
     ROLLOUT_CORRECTIONS,
-    divergence_rejection_mask,
+    geometric_fold,
     mismatch_sums,
     offpolicy_sequence_mask,
 )
@@ -34,6 +34,7 @@ def policy_loss(
     entropy: torch.Tensor | None = None,
     nll_weights: torch.Tensor | None = None,
     entropy_coef: float | None = None,
+    sampled_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, StepStats]:
     """L = Σ w·ℓ(ρ, Â) [·TIS] + β·Σ w·k + μ·Σ w_nll·(−logπ) − c_H·Σ w·H, all (N, T) inputs.
 
@@ -42,9 +43,16 @@ def policy_loss(
     by `step_weights`); no term can change the aggregation. Every term it calls is a pure
     function of tensors and scalars. `entropy_coef`: this step's c_H when the caller holds
     an adaptive controller (rlvr/algo/entropy_control.py); None: the recipe's.
+    Rejection (`<level>_rs`, `rc_reject`) is not applied here: `prepare_batch` removes
+    the rejected tokens from `response_mask` and the weights before any term sees them.
+    `sampled_mask`: the tokens before rejection (`PreparedBatch.sampled_mask`; default
+    `response_mask`), over which a correction's weights and the mismatch metrics are
+    measured, as verl measures them on the mask before its rejection.
     """
+    sampled_mask = response_mask if sampled_mask is None else sampled_mask
+    sampler = (sampler_logprobs, sampled_mask)
     ratio, out, per_token = _policy_terms(
-        recipe, logprobs, old_logprobs, advantages, response_mask, sampler_logprobs, entropy
+        recipe, logprobs, old_logprobs, advantages, response_mask, sampler, entropy
     )
     stats = StepStats()
     loss = aggregate(per_token, loss_weights)
@@ -54,9 +62,9 @@ def policy_loss(
             raise ValueError(f"kl={recipe.kl!r} in the loss needs ref_logprobs")
         per_token_kl = KL_ESTIMATORS.get(recipe.kl).fn(logprobs, ref_logprobs)
         if recipe.kl_ratio_correction:
-            # π/π_old per token (TRL), whatever ratio or anchor the policy term uses
-            token = RATIOS.get("token").fn(logprobs, old_logprobs, response_mask)
-            per_token_kl = importance_corrected(per_token_kl, token)
+            per_token_kl = importance_corrected(
+                per_token_kl, _kl_correction_ratio(recipe, logprobs, old_logprobs, response_mask)
+            )
         kl = aggregate(per_token_kl, loss_weights)
         loss = loss + recipe.kl_coef * kl
         stats.add("loss/kl", kl.detach())
@@ -72,7 +80,7 @@ def policy_loss(
         stats.add("loss/nll", nll.detach())
     _clip_stats(stats, ratio.detach(), advantages, response_mask, out, recipe)
     if sampler_logprobs is not None:
-        _mismatch_stats(stats, recipe, old_logprobs, sampler_logprobs, response_mask)
+        _mismatch_stats(stats, recipe, old_logprobs, sampler_logprobs, sampled_mask)
     moving = gradient_tokens(
         recipe,
         logprobs,
@@ -82,6 +90,7 @@ def policy_loss(
         response_mask,
         sampler_logprobs,
         entropy,
+        sampled_mask=sampled_mask,
     )
     valid = response_mask > 0
     stats.add_ratio("grad/token_frac", moving.sum(), valid.sum())
@@ -99,6 +108,8 @@ def gradient_tokens(
     response_mask: torch.Tensor,
     sampler_logprobs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
+    *,
+    sampled_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(N, T) bool: response tokens t with ∂(Σ w·ℓ·TIS)/∂logπ_t ≠ 0, i.e. the tokens the
     policy term of the update moves. Recomputed on a detached copy of `logprobs` (the
@@ -107,8 +118,9 @@ def gradient_tokens(
     """
     leaf = logprobs.detach().requires_grad_(True)
     with torch.enable_grad():
+        sampler = (sampler_logprobs, response_mask if sampled_mask is None else sampled_mask)
         _, _, per_token = _policy_terms(
-            recipe, leaf, old_logprobs, advantages, response_mask, sampler_logprobs, entropy
+            recipe, leaf, old_logprobs, advantages, response_mask, sampler, entropy
         )
         (grad,) = torch.autograd.grad(aggregate(per_token, loss_weights), leaf, allow_unused=True)
     if grad is None:
@@ -116,24 +128,37 @@ def gradient_tokens(
     return (grad != 0) & (response_mask > 0)
 
 
-def _policy_terms(
-    recipe, logprobs, old_logprobs, advantages, response_mask, sampler_logprobs, entropy=None
-):
+def _policy_terms(recipe, logprobs, old_logprobs, advantages, response_mask, sampler, entropy):
     """The recipe's ratio ρ, its surrogate's output and the per-token policy loss
-    ℓ(ρ, Â)·TIS·E (TIS only with a cap and sampler log-probs; E the top-entropy tokens)."""
-    ratio_choice = RATIOS.get(recipe.ratio)
-    ratio = ratio_choice.fn(
-        logprobs, _anchor(recipe, old_logprobs, sampler_logprobs), response_mask
-    )
+    ℓ(ρ, Â)·w·E·K: w the rollout-correction weight (with sampler log-probs), E the
+    top-entropy tokens, K the off-policy sequence mask. A `sequence_mean` surrogate (GMPO)
+    takes E inside its mean instead, and w folded to one weight per response (verl).
+    `sampler`: (the sampler's log-probs or None, the tokens before rejection)."""
+    sampler_logprobs = sampler[0]
+    anchor = _anchor(recipe, old_logprobs, sampler_logprobs)
+    ratio = RATIOS.get(recipe.ratio).fn(logprobs, anchor, response_mask)
     surrogate = SURROGATES.get(recipe.surrogate)
-    extra = {"response_mask": response_mask} if surrogate.needs_mask else {}
+    selection = _entropy_selection(recipe, entropy, response_mask)
+    extra = {}
+    if surrogate.needs_mask:
+        extra["response_mask"] = response_mask
+    if surrogate.sequence_mean:
+        extra["mean_mask"] = response_mask * selection
+    if surrogate.needs_anchor:
+        extra["anchor_logprobs"] = anchor
     out = surrogate.fn(ratio, advantages, logprobs, recipe.params, **extra)
-    per_token = out.loss * _entropy_selection(recipe, entropy, response_mask)
-    correction = _rollout_correction(
-        recipe, logprobs, old_logprobs, advantages, response_mask, sampler_logprobs
+    per_token = out.loss if surrogate.sequence_mean else out.loss * selection
+    weight = _correction_weight(
+        recipe, old_logprobs, response_mask, sampler, surrogate.sequence_mean
     )
-    if correction is not None:
-        per_token = per_token * correction
+    if weight is not None:
+        per_token = per_token * weight
+    if recipe.offpolicy_mask_delta is not None:
+        # Without sampler log-probs the mask measures against π_old (as TRL).
+        behaviour = old_logprobs if sampler_logprobs is None else sampler_logprobs
+        per_token = per_token * offpolicy_sequence_mask(
+            logprobs, behaviour, advantages, response_mask, recipe.offpolicy_mask_delta
+        )
     return ratio, out, per_token
 
 
@@ -152,33 +177,39 @@ def _anchor(recipe: Recipe, old_logprobs, sampler_logprobs) -> torch.Tensor:
     return sampler_logprobs
 
 
-def _rollout_correction(recipe, logprobs, old_logprobs, advantages, response_mask, sampler):
-    """The product of the recipe's rollout-correction weight, divergence rejection and
-    off-policy sequence mask (rlvr/algo/rollout_correction.py), or None when none is on.
-    Without sampler log-probs only the off-policy mask applies, against π_old (as TRL)."""
+def _correction_weight(recipe, old_logprobs, response_mask, sampler, fold: bool):
+    """The recipe's rollout-correction weight (rlvr/algo/rollout_correction.py) on the
+    trained tokens, or None when it has none, no sampler log-probs are given, or it is a
+    rejection (applied to the mask by `prepare_batch`). Measured over the tokens before
+    rejection (a sequence weight Π_t ρ_t is the sampled response's, as verl's);
+    `fold`: token weights become one geometric-mean weight per response over the trained
+    tokens (`geometric_fold`, as verl's geo_mean loss folds them)."""
     choice, lower, upper = recipe.correction
-    weight = None
-    if sampler is not None and choice is not None:
-        weight = ROLLOUT_CORRECTIONS.get(choice).fn(
-            old_logprobs, sampler, response_mask, lower, upper
-        )
-    if sampler is not None and recipe.rc_reject is not None:
-        reject = divergence_rejection_mask(
-            old_logprobs, sampler, response_mask, recipe.rc_reject, recipe.rc_reject_max
-        )
-        weight = reject if weight is None else weight * reject
-    if recipe.offpolicy_mask_delta is not None:
-        behaviour = old_logprobs if sampler is None else sampler
-        keep = offpolicy_sequence_mask(
-            logprobs, behaviour, advantages, response_mask, recipe.offpolicy_mask_delta
-        )
-        weight = keep if weight is None else weight * keep
+    sampler_logprobs, sampled_mask = sampler
+    if sampler_logprobs is None or choice is None:
+        return None
+    entry = ROLLOUT_CORRECTIONS.get(choice)
+    if entry.rejects:
+        return None
+    weight = entry.fn(old_logprobs, sampler_logprobs, sampled_mask, lower, upper) * response_mask
+    if fold and entry.level == "token":
+        weight = geometric_fold(weight, response_mask)
     return weight
+
+
+def _kl_correction_ratio(recipe: Recipe, logprobs, old_logprobs, response_mask):
+    """The ratio `kl_ratio_correction` weighs the KL by: TRL's `coef_1` at the recipe's
+    level, i.e. the recipe's own ratio s_i (anchored at π_old, gradient through its mean)
+    when it is sequence-level (GSPO), else π/π_old per token, whatever the anchor or
+    prefix the policy term uses (MinPRO's prefix minimum, DPPO's sampler)."""
+    level = recipe.ratio if RATIOS.get(recipe.ratio).sequence_level else "token"
+    return RATIOS.get(level).fn(logprobs, old_logprobs, response_mask)
 
 
 def _entropy_selection(recipe: Recipe, entropy, response_mask) -> torch.Tensor | float:
     """1 everywhere, or with top_entropy_quantile ρ < 1 the 0/1 mask of the top-ρ entropy
-    tokens (rlvr/algo/token_selection.py), which alone keep a policy gradient."""
+    tokens (rlvr/algo/token_selection.py): the factor E of the per-token loss, or, for a
+    `sequence_mean` surrogate, the tokens of its mean (docs/algorithms.md §3)."""
     if recipe.top_entropy_quantile >= 1.0:
         return 1.0
     if entropy is None:

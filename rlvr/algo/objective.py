@@ -15,6 +15,7 @@ import torch
 from rlvr.algo.aggregation import aggregation_weights
 from rlvr.algo.recipes import Recipe
 from rlvr.algo.registry import ADVANTAGES, KL_ESTIMATORS, SELECTIONS, AdvantageBatch
+from rlvr.algo.rollout_correction import ROLLOUT_CORRECTIONS, divergence_rejection_mask
 from rlvr.algo.selection import sampling_signal, shaped_rewards
 from rlvr.algo.teacher import teacher_advantages
 from rlvr.algo.whiten import masked_whiten
@@ -31,6 +32,14 @@ class PreparedBatch:
     loss_weights: torch.Tensor  # (N, T) aggregation weights from global counts
     nll_weights: torch.Tensor | None  # (N, T) token-mean weights over correct responses
     returns: torch.Tensor | None  # (N, T) value targets (critic recipes)
+    rejected: torch.Tensor | None = None  # (N, T) bool: tokens rejection took out; None: off
+
+    @property
+    def sampled_mask(self) -> torch.Tensor:
+        """(N, T) the kept tokens before rejection: `response_mask` plus the rejected ones."""
+        if self.rejected is None:
+            return self.response_mask
+        return self.response_mask + self.rejected.to(self.response_mask.dtype)
 
 
 def compute_advantages(
@@ -80,8 +89,9 @@ def prepare_batch(
     values: torch.Tensor | None = None,
     lengths: torch.Tensor | None = None,
     teacher_logprobs: torch.Tensor | None = None,
+    sampler_logprobs: torch.Tensor | None = None,
 ) -> PreparedBatch:
-    """Selection → shaping → advantages → aggregation weights, over the whole batch.
+    """Selection → shaping → rejection → advantages → aggregation weights, over the whole batch.
 
     `lengths` (N,): |y| as `max_new_tokens` counts it, for the overlong ramp; it differs
     from `response_mask.sum(-1)` when the mask leaves out engine-inserted tokens (forced
@@ -89,6 +99,12 @@ def prepare_batch(
     `teacher_logprobs` (N, T): a teacher's log π_T of the same tokens; with
     `recipe.teacher_kl_coef` > 0, Â = Â_outcome + λ·A_teacher on the kept policy tokens
     (after any whitening of Â_outcome), log π_S being `old_logprobs`.
+    `sampler_logprobs` (N, T): the rollout engine's log-probs; with a rejection on
+    (`rejection_on`) the tokens it rejects by π_old/π_sampler leave the mask before
+    advantages and weights, as verl edits `response_mask` (so every normaliser, the KL and
+    the entropy terms; a response left with no token leaves the sequence count, though its
+    reward still counts in its group's statistics, as in verl). A batch left with no token
+    at all keeps no row, so the loop skips its update (`train/update_skipped`).
     """
     if lengths is None:
         lengths = response_mask.sum(-1)
@@ -99,6 +115,7 @@ def prepare_batch(
     mask = response_mask * keep[:, None]
     if recipe.overlong_filter:
         mask = mask * (~truncated)[:, None]
+    mask, rejected = _reject(recipe, mask, old_logprobs, sampler_logprobs)
     kl = None
     if recipe.kl_in_reward:
         kl = KL_ESTIMATORS.get(recipe.kl).fn(old_logprobs, ref_logprobs) * mask
@@ -117,12 +134,59 @@ def prepare_batch(
         advantages = advantages + recipe.teacher_weight * _teacher_term(
             recipe, old_logprobs, teacher_logprobs, mask
         )
+    if rejected is not None and rejected.any() and not mask.any():
+        keep = torch.zeros_like(keep)  # every token rejected: nothing to train, the loop skips
     weights, nll = step_weights(recipe, mask.double(), group_ids, correct, keep, max_new_tokens)
     dtype = response_mask.dtype
     cast = lambda x: None if x is None else x.to(dtype)  # noqa: E731
     return PreparedBatch(
-        keep, reward, mask, cast(advantages), cast(weights), cast(nll), cast(returns)
+        keep, reward, mask, cast(advantages), cast(weights), cast(nll), cast(returns), rejected
     )
+
+
+def _reject(recipe, mask, old_logprobs, sampler_logprobs):
+    """(the mask without the tokens the recipe rejects, those tokens as (N, T) bool), or
+    (mask, None) with no rejection or no sampler log-probs."""
+    if sampler_logprobs is None or not rejection_on(recipe):
+        return mask, None
+    kept = mask * rejection_mask(recipe, old_logprobs, sampler_logprobs, mask)
+    return kept, (mask > 0) & (kept == 0)
+
+
+def rejection_on(recipe: Recipe) -> bool:
+    """Whether the recipe rejects tokens by π_old/π_sampler (an `<level>_rs` correction
+    or `rc_reject`): then `prepare_batch` needs π_old and the sampler's log-probs."""
+    choice = recipe.correction[0]
+    return recipe.rc_reject is not None or (
+        choice is not None and ROLLOUT_CORRECTIONS.get(choice).rejects
+    )
+
+
+def rejection_mask(
+    recipe: Recipe,
+    old_logprobs: torch.Tensor | None,
+    sampler_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+) -> torch.Tensor:
+    """(N, T) 1 on the tokens of `mask` that every rejection of the recipe keeps: the
+    ratio band of an `<level>_rs` correction and verl's divergence rejection `rc_reject`."""
+    if old_logprobs is None:
+        raise ValueError(
+            f"rollout_correction={recipe.correction[0]!r} / rc_reject={recipe.rc_reject!r} "
+            "reject tokens by π_old/π_sampler before the advantages: prepare_batch needs "
+            "old_logprobs (π_old) with the sampler_logprobs"
+        )
+    keep = mask
+    choice, lower, upper = recipe.correction
+    if choice is not None and ROLLOUT_CORRECTIONS.get(choice).rejects:
+        keep = keep * ROLLOUT_CORRECTIONS.get(choice).fn(
+            old_logprobs, sampler_logprobs, mask, lower, upper
+        )
+    if recipe.rc_reject is not None:
+        keep = keep * divergence_rejection_mask(
+            old_logprobs, sampler_logprobs, mask, recipe.rc_reject, recipe.rc_reject_max
+        )
+    return keep
 
 
 def _teacher_term(recipe, old_logprobs, teacher_logprobs, mask) -> torch.Tensor:
@@ -165,13 +229,22 @@ def step_weights(
 
 def selection_metrics(prepared: PreparedBatch, group_ids: torch.Tensor) -> dict[str, float]:
     """What selection and filtering left to train on: kept groups and responses, trained
-    tokens (the response mask the loss uses), and the shaped reward's mean."""
+    tokens (the response mask the loss uses), the shaped reward's mean and, with a
+    rejection on, the share of tokens and of responses it took out."""
     keep = prepared.keep
     rows_with_signal = (prepared.advantages != 0).any(-1) & keep
-    return {
+    metrics = {
         "rollout/kept_groups": float(torch.unique(group_ids[keep]).numel()),
         "rollout/kept_responses": float(keep.sum()),
         "rollout/trained_tokens": float(prepared.response_mask.sum()),
         "reward/shaped_mean": float(prepared.shaped_rewards.mean()),
         "reward/zero_adv_frac": float(1.0 - rows_with_signal.sum() / keep.sum().clamp(min=1)),
     }
+    if prepared.rejected is not None:
+        rejected, trained = prepared.rejected, prepared.response_mask > 0
+        tokens = int(rejected.sum()) + int(trained.sum())
+        rows = int((rejected.any(-1) | trained.any(-1)).sum())
+        whole = int((rejected.any(-1) & ~trained.any(-1)).sum())
+        metrics["rollout/rejected_token_frac"] = int(rejected.sum()) / max(tokens, 1)
+        metrics["rollout/rejected_response_frac"] = whole / max(rows, 1)
+    return metrics

@@ -199,6 +199,14 @@ def _check_surrogate_fields(recipe: RecipeChoices) -> None:
             f"surrogate='gmpo' takes the token ratio and forms its own geometric mean; "
             f"ratio={recipe.ratio!r} is already per sequence: set ratio='token'"
         )
+    folds = SURROGATES.get(recipe.surrogate).sequence_mean
+    if folds and recipe.correction[0] == "token_mis":
+        raise ValueError(
+            f"surrogate={recipe.surrogate!r} with rollout_correction='token_mis': one loss per "
+            "response takes the geometric mean of the token weights (verl), and a weight of 0 "
+            "has none (verl's log(0 + 1e-10) scales the response by 10^(−10/|y|)); use "
+            "token_tis, token_rs (the token leaves the mean) or geometric_mis"
+        )
     if recipe.zero_adv_skip and recipe.top_entropy_quantile < 1.0:
         raise ValueError(
             f"zero_adv_skip=True with top_entropy_quantile={recipe.top_entropy_quantile}: the "
@@ -212,7 +220,7 @@ def _check_surrogate_fields(recipe: RecipeChoices) -> None:
         )
     if recipe.kl_ratio_correction and not (recipe.needs_reference and not recipe.kl_in_reward):
         raise ValueError(
-            "kl_ratio_correction=True weighs a KL in the loss by π/π_old; it needs kl set, "
+            "kl_ratio_correction=True weighs a KL in the loss by the ratio; it needs kl set, "
             "kl_coef > 0 and kl_in_reward=False"
         )
 

@@ -150,12 +150,15 @@ class RecipeChoices:
         "sampler",
     )
     top_entropy_quantile: float = _doc(
-        "ρ: only the top-ρ fraction of valid tokens by entropy keep a policy gradient (the "
-        "80/20 rule: 0.2); 1.0: every token",
+        "ρ: only the top-ρ fraction of valid tokens by entropy keep their policy loss (the "
+        "80/20 rule: 0.2; under a sequence ratio each response's loss is weighed by its "
+        "share of them, docs/algorithms.md §3); 1.0: every token",
         1.0,
     )
     kl_ratio_correction: bool = _doc(
-        "multiply the KL in the loss by the ratio π/π_old (TRL's use_bias_correction_kl)", False
+        "multiply the KL in the loss by the ratio (TRL's use_bias_correction_kl): π/π_old per "
+        "token, the sequence ratio under a sequence-level ratio (GSPO)",
+        False,
     )
 
     @property

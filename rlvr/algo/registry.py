@@ -13,6 +13,7 @@ Uniform signatures (docs/algorithms.md §1–6):
 - ratio:       fn(logprobs, old_logprobs, response_mask) -> ρ (N, T)
 - surrogate:   fn(ratio, advantages, logprobs, params: Params) -> SurrogateOut; one
                registered with needs_mask=True also gets response_mask=(N, T) by keyword
+               (sequence_mean=True: mean_mask=, needs_anchor=True: anchor_logprobs=)
 - aggregation: fn(response_mask, group_ids, max_new_tokens) -> per-response weight (N,)
 - kl:          fn(logprobs, ref_logprobs) -> k (N, T)
 - selection:   fn(correct, rewards, group_ids) -> keep (N,) bool; the name is the recipe's
@@ -139,7 +140,14 @@ class Registry:
 
 ADVANTAGES = Registry("advantage", needs_critic=False, token_rewards=False, group_baseline=False)
 RATIOS = Registry("ratio", sequence_level=False)
-SURROGATES = Registry("surrogate", needs_mask=False, per_micro_batch=False, bounds="ratio")
+SURROGATES = Registry(
+    "surrogate",
+    needs_mask=False,
+    per_micro_batch=False,
+    bounds="ratio",
+    sequence_mean=False,
+    needs_anchor=False,
+)
 AGGREGATIONS = Registry("aggregation")
 KL_ESTIMATORS = Registry("kl")
 SELECTIONS = Registry("selection")
@@ -166,7 +174,12 @@ def register_surrogate(name: str, **attrs: Any) -> Callable:
     for a sequence mean); per_micro_batch (it reads statistics of all the rows it is given,
     so its gradient depends on the micro-batch split and no row may be skipped); bounds
     (what clip_low/clip_high bound, for `rlvr recipes`: "ratio" ρ ∈ [1 − low, 1 + high],
-    "log_ratio" Δ ∈ [−low, high], "probability" π − π_old ∈ [−low, high], or "none")."""
+    "log_ratio" Δ ∈ [−low, high], "probability" π − π_old ∈ [−low, high], or "none");
+    sequence_mean (its loss is one value per response, from a mean over the tokens it is
+    given as `mean_mask=`: the entropy selection enters that mean instead of scaling the
+    loss, and a token-level rollout-correction weight is folded into one weight per
+    response by its geometric mean); needs_anchor (it also gets the ratio's denominator,
+    the log-probs ρ is measured against, unclamped, as `anchor_logprobs=`)."""
     return SURROGATES.register(name, **attrs)
 
 

@@ -9,11 +9,14 @@ per-token loss by a weight without gradient:
     level      token: ρ_t   sequence: Π_t ρ_t   geometric: (Π_t ρ_t)^(1/|y|)
     mode       tis: clamp(ρ, lower, upper)   mis: ρ·1[lower ≤ ρ ≤ upper]   rs: 1[lower ≤ ρ ≤ upper]
 
-`<level>_<mode>` is a registered choice (`rollout_correction` in a recipe). Two masks may
-be multiplied on top: rejection by a divergence statistic (verl's `rollout_rs` k2/k3) and
-DeepSeek-V3.2's off-policy sequence mask. Log-weights are clamped to ±20 before exp, as
-verl does. Every function is pure: tensors and scalars in, an (N, T) tensor out, 0 on
-padding, detached.
+`<level>_<mode>` is a registered choice (`rollout_correction` in a recipe). A `tis`/`mis`
+weight multiplies the per-token loss; an `rs` choice, and rejection by a divergence
+statistic (verl's `rollout_rs` k2/k3), are *rejections*: as verl does, the batch's
+response mask loses the rejected tokens before advantages and aggregation (rlvr/algo/
+objective.py), so they leave every normaliser, the KL and the entropy terms.
+DeepSeek-V3.2's off-policy sequence mask multiplies the loss. Log-weights are clamped to
+±20 before exp, as verl does. Every function is pure: tensors and scalars in, an (N, T)
+tensor out, 0 on padding, detached.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from rlvr.algo.registry import Registry
 
 MAX_LOG_WEIGHT = 20.0
 LEVELS = ("token", "sequence", "geometric")
-ROLLOUT_CORRECTIONS = Registry("rollout_correction")
+# level: what one weight covers ("token": each token its own; a user's function is taken
+# as token weights); rejects: a 0/1 rejection that edits the mask instead of weighing.
+ROLLOUT_CORRECTIONS = Registry("rollout_correction", level="token", rejects=False)
 REJECT_STATISTICS = tuple(
     f"{agg}_{k}" for agg in ("token", "seq_sum", "seq_mean", "seq_max") for k in ("k2", "k3")
 )
@@ -87,7 +92,25 @@ def rejection_weight(old_logprobs, sampler_logprobs, response_mask, lower, upper
 
 for _level in LEVELS:
     for _mode, _fn in (("tis", truncated_weight), ("mis", masked_weight), ("rs", rejection_weight)):
-        ROLLOUT_CORRECTIONS.register(f"{_level}_{_mode}", functools.partial(_fn, level=_level))
+        ROLLOUT_CORRECTIONS.register(
+            f"{_level}_{_mode}",
+            functools.partial(_fn, level=_level),
+            level=_level,
+            rejects=_mode == "rs",
+        )
+
+FOLD_EPS = 1e-10
+
+
+def geometric_fold(weight: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """One weight per response from token weights, for a loss that is one value per
+    response (GMPO): w_i = exp((1/|y_i|) Σ_t m_t·log(w_t + 1e-10)), broadcast over its
+    tokens, 0 on padding. verl's `compute_policy_loss_geo_mean` folds `rollout_is_weights`
+    so (verl-project/verl @ 1dda039b, verl/trainer/ppo/core_algos.py), dividing by
+    |y_i| + 1e-8 where rlvr divides by max(|y_i|, 1): equal to 1e-8 relative."""
+    log_weight = torch.log(weight.detach() + FOLD_EPS) * response_mask
+    lengths = response_mask.sum(-1, keepdim=True).clamp(min=1)
+    return (log_weight.sum(-1, keepdim=True) / lengths).exp().expand_as(weight) * response_mask
 
 
 def divergence_rejection_mask(

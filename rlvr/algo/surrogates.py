@@ -8,6 +8,7 @@ fractions. Bounds are given as ε in `params`: the ratio is clipped to
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -118,7 +119,7 @@ def sapo(
     return SurrogateOut(-gate * advantages, never, never)
 
 
-@register_surrogate("gmpo", needs_mask=True, bounds="log_ratio")
+@register_surrogate("gmpo", needs_mask=True, bounds="log_ratio", sequence_mean=True)
 def gmpo(
     ratio: torch.Tensor,
     advantages: torch.Tensor,
@@ -126,48 +127,56 @@ def gmpo(
     params: Params,
     *,
     response_mask: torch.Tensor,
+    mean_mask: torch.Tensor | None = None,
 ) -> SurrogateOut:
-    """GMPO (Zhao 2025, arXiv 2507.20673, §3): ℓ_i = −Ā_i·exp((1/|y_i|) Σ_t m_t·Δ̃_t).
+    """GMPO (Zhao 2025, arXiv 2507.20673, §3): ℓ_i = −Ā_i·exp((1/|S_i|) Σ_{t∈S_i} Δ̃_t).
 
     The geometric mean of the token ratios, each clipped in log space with PPO's
     sign-aware min: Δ̃_t = min(Δ_t, ε_high) where Â > 0, max(Δ_t, −ε_low) otherwise, so
     the bounds are ratios exp(−clip_low), exp(clip_high) (the paper's §4: (e^−0.4, e^0.4)).
-    Ā_i is the response's mean advantage; ℓ_i is broadcast over its tokens, so
-    `seq_mean_token_mean` gives the peers' mean over responses. Expects the token ratio.
+    S_i: the response's tokens in `mean_mask` (default: all of them; with an entropy
+    quantile, only the selected ones, as TRL's GMPOTrainer drops low-entropy tokens from
+    the mean; none selected: exp(0) = 1, as TRL). Ā_i is the mean advantage over the
+    whole response; ℓ_i is broadcast over its tokens, so `seq_mean_token_mean` gives the
+    peers' mean over responses. Expects the token ratio.
     """
     log_ratio = torch.log(ratio)  # (N, T) Δ_t, gradient 1 per token
     clipped = torch.where(
         advantages > 0, log_ratio.clamp(max=params.clip_high), log_ratio.clamp(min=-params.clip_low)
     )
-    lengths = response_mask.sum(-1).clamp(min=1)
-    seq_ratio = ((clipped * response_mask).sum(-1) / lengths).exp()  # (N,)
-    seq_advantage = (advantages * response_mask).sum(-1) / lengths  # (N,)
+    selected = response_mask if mean_mask is None else mean_mask
+    seq_ratio = ((clipped * selected).sum(-1) / selected.sum(-1).clamp(min=1)).exp()  # (N,)
+    seq_advantage = (advantages * response_mask).sum(-1) / response_mask.sum(-1).clamp(min=1)
     loss = (-seq_advantage * seq_ratio)[:, None].expand_as(ratio)
     low = (advantages < 0) & (log_ratio.detach() < -params.clip_low)
     high = (advantages > 0) & (log_ratio.detach() > params.clip_high)
     return SurrogateOut(loss, low, high)
 
 
-@register_surrogate("dppo_tv", bounds="probability")
+@register_surrogate("dppo_tv", bounds="probability", needs_anchor=True)
 def dppo_tv(
     ratio: torch.Tensor,
     advantages: torch.Tensor,
     logprobs: torch.Tensor,
     params: Params,
+    *,
+    anchor_logprobs: torch.Tensor,
 ) -> SurrogateOut:
-    """DPPO-Binary-TV (Qi 2026, arXiv 2602.04879): ℓ = −M·sg(min(ρ, C))·Â·logπ.
+    """DPPO-Binary-TV (Qi 2026, arXiv 2602.04879): ℓ = −M·sg(min(π/μ, C))·Â·logπ.
 
     A binary trust-region mask on the sampled token's probability change instead of a
     ratio clip: M = 0 where Â > 0 and π − μ > δ_high, or Â ≤ 0 and μ − π > δ_low
     (δ = clip_low / clip_high, 0.15 in the paper; C = is_cap, 20). Inside, every token keeps
-    CISPO's gradient −w·Â. μ is the ratio's denominator: the sampler's probability under the
-    recipe's `dppo_anchor: sampler` (the paper, TRL), π_old under `old` (docs/conventions.md).
+    CISPO's gradient −w·Â. μ = exp(`anchor_logprobs`), the ratio's denominator: the
+    sampler's probability under the recipe's `dppo_anchor: sampler` (the paper, TRL), π_old
+    under `old` (docs/conventions.md). Mask and weight read log π − log μ unclamped, as TRL
+    (the ±20 clamp of `ratio` would keep a token TRL masks, with weight e^−20).
     """
-    prob = logprobs.detach().exp()
-    old_prob = (logprobs.detach() - torch.log(ratio.detach())).exp()
-    rose_too_far = (prob - old_prob) > params.clip_high
-    fell_too_far = (old_prob - prob) > params.clip_low
+    log_ratio = logprobs.detach() - anchor_logprobs.detach()
+    prob, anchor_prob = logprobs.detach().exp(), anchor_logprobs.detach().exp()
+    rose_too_far = (prob - anchor_prob) > params.clip_high
+    fell_too_far = (anchor_prob - prob) > params.clip_low
     outside = torch.where(advantages > 0, rose_too_far, fell_too_far)
-    weight = ratio.detach().clamp(max=params.is_cap) * (~outside)
+    weight = log_ratio.clamp(max=math.log(params.is_cap)).exp() * (~outside)
     loss = -weight * advantages * logprobs
     return SurrogateOut(loss, outside & (advantages < 0), outside & (advantages > 0))

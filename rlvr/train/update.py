@@ -210,6 +210,7 @@ def _micro_step(
         response_mask=mask,
         ref_logprobs=pick(rollout.ref_logprobs),
         sampler_logprobs=rollout.sampler_logprobs[micro],
+        sampled_mask=prepared.sampled_mask[micro],  # before rejection: the corrections' tokens
         entropy=entropy,
         nll_weights=pick(nll_weights),
         entropy_coef=entropy_coef,

@@ -75,18 +75,21 @@ def test_dppo_tv_by_hand():
     old = torch.full_like(logprobs, math.log(0.5))
     mask = torch.ones_like(logprobs)
     adv = torch.tensor([[1.0, 1.0, -1.0, -1.0]], dtype=F64)
-    out = dppo_tv(token_ratio(logprobs, old, mask), adv, logprobs, Params(0.15, 0.15))
+    ratio = token_ratio(logprobs, old, mask)
+    out = dppo_tv(ratio, adv, logprobs, Params(0.15, 0.15), anchor_logprobs=old)
     out.loss.sum().backward()
     close(logprobs.grad[0], torch.tensor([0.0, -1.2, 0.0, 1.4], dtype=F64))
     assert out.clipped_high[0].tolist() == [True, False, False, False]
     assert out.clipped_low[0].tolist() == [False, False, True, False]
     # The cap: ρ = 30 > C = 20 weighs 20 (δ = 1 turns the mask off).
     big = leaf([math.log(0.03)])
+    anchor = big.detach() - math.log(30)
     w = dppo_tv(
-        token_ratio(big, big.detach() - math.log(30), torch.ones_like(big)),
+        token_ratio(big, anchor, torch.ones_like(big)),
         torch.ones_like(big),
         big,
         Params(1.0, 1.0),
+        anchor_logprobs=anchor,
     )
     w.loss.sum().backward()
     close(big.grad, torch.tensor([[-20.0]], dtype=F64))
@@ -179,12 +182,13 @@ def test_top_entropy_quantile_zeroes_low_entropy_gradients():
     assert stats.finalize()["grad/token_frac"] == pytest.approx(4 / 18)
 
 
-def test_the_kl_correction_weighs_by_the_token_ratio_whatever_the_policy_ratio():
-    """ρ·k with ρ = π/π_old per token (TRL's use_bias_correction_kl): a sequence ratio in
-    the policy term leaves the KL term as it is under the token ratio."""
+def test_the_kl_correction_weighs_by_trls_coef_1():
+    """ρ·k with ρ TRL's `coef_1` at the recipe's level (`use_bias_correction_kl`): π/π_old
+    per token under token-level ratios (MinPRO's prefix minimum too: it is no importance
+    weight of the token's KL), the sequence ratio s_i under GSPO's `ratio: sequence`."""
     batch = random_batch(3, [2, 2], [5, 4, 6, 3])
-    kl_terms = []
-    for ratio in ("token", "sequence"):
+    kl_terms = {}
+    for ratio in ("token", "prefix_min", "sequence"):
         recipe = get_recipe("grpo", ratio=ratio, kl_ratio_correction=True)
         _, stats = policy_loss(
             recipe,
@@ -195,5 +199,14 @@ def test_the_kl_correction_weighs_by_the_token_ratio_whatever_the_policy_ratio()
             response_mask=batch.mask,
             ref_logprobs=batch.ref_logprobs,
         )
-        kl_terms.append(stats.sums["loss/kl"])
-    assert kl_terms[0] == kl_terms[1] != 0
+        kl_terms[ratio] = stats.sums["loss/kl"]
+    assert kl_terms["token"] == kl_terms["prefix_min"] != 0
+    # By hand: k3 = e^{−Δ_ref} + Δ_ref − 1 per token, s_i = exp(mean_t(logπ − logπ_old)).
+    delta_ref = batch.logprobs - batch.ref_logprobs
+    k3 = torch.exp(-delta_ref) + delta_ref - 1
+    delta = (batch.logprobs - batch.old_logprobs) * batch.mask
+    s = (delta.sum(-1) / batch.mask.sum(-1)).exp()
+    expected = float((k3 * s[:, None] * batch.mask).sum() / 18)
+    # float64 sums of 18 terms of size ~1: rounding ~18·1e-16 relative, far below 1e-12
+    assert kl_terms["sequence"] == pytest.approx(expected, rel=1e-12)
+    assert kl_terms["sequence"] != pytest.approx(kl_terms["token"], rel=1e-3)

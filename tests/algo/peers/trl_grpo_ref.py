@@ -1,9 +1,10 @@
 """Transcription of TRL's GRPO loss pieces, for equality tests only.
 
 Source: huggingface/trl at commit f2cd57710ae345ea6428ae95363267fcf38a3dc8 (2026-07-24):
-trl/trainer/grpo_trainer.py (`_compute_loss`: loss_type "sapo", use_bias_correction_kl,
-`get_high_entropy_mask`, the adaptive entropy update) and
-trl/experimental/gmpo/gmpo_trainer.py (`_compute_loss`); and, for DPPO, at commit
+trl/trainer/grpo_trainer.py (`_compute_loss`: loss_type "sapo" and "dr_grpo",
+importance_sampling_level "sequence", use_bias_correction_kl, `get_high_entropy_mask`, the
+adaptive entropy update) and trl/experimental/gmpo/gmpo_trainer.py (`_compute_loss`, with
+its entropy mask on the geometric mean); and, for DPPO, at commit
 23eedc644caa78d76a63679407229d100c1c6206 (2026-07-20, the last before "Remove the
 experimental DPPO trainer (#6402)"): trl/experimental/dppo/dppo_trainer.py
 (`_compute_divergence_mask`, `_compute_loss`). Licensed under the Apache License 2.0
@@ -36,9 +37,11 @@ def compute_loss(
     entropies=None,
     top_entropy_quantile=1.0,
     entropy_coef=0.0,
+    importance_sampling_level="token",
+    max_completion_length=None,
 ):
-    """`GRPOTrainer._compute_loss` for loss_type "grpo", "dapo" or "sapo" with
-    importance_sampling_level="token", one process and one micro-batch (so
+    """`GRPOTrainer._compute_loss` for loss_type "grpo", "dapo", "dr_grpo" or "sapo" with
+    importance_sampling_level "token" or "sequence", one process and one micro-batch (so
     num_items_in_batch = mask.sum() and the accumulation normalizer is 1), static entropy
     coefficient, no vLLM correction, no off-policy mask."""
     if top_entropy_quantile < 1.0:
@@ -48,7 +51,13 @@ def compute_loss(
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1)
     log_ratio = per_token_logps - old_per_token_logps
-    log_importance_weights = log_ratio
+    if importance_sampling_level == "token":
+        log_importance_weights = log_ratio
+    elif importance_sampling_level == "sequence":
+        log_importance_weights = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+        log_importance_weights = log_importance_weights.unsqueeze(-1)
+    else:
+        raise ValueError(importance_sampling_level)
     coef_1 = torch.exp(log_importance_weights)
     if beta != 0.0:
         per_token_kl = (
@@ -58,7 +67,7 @@ def compute_loss(
         )
         if use_bias_correction_kl:
             per_token_kl = per_token_kl * coef_1
-    if loss_type in ["grpo", "dapo"]:
+    if loss_type in ["grpo", "dapo", "dr_grpo"]:
         coef_2 = torch.clamp(coef_1, 1 - epsilon_low, 1 + epsilon_high)
         per_token_loss1 = coef_1 * advantages
         per_token_loss2 = coef_2 * advantages
@@ -75,6 +84,9 @@ def compute_loss(
         per_token_loss = per_token_loss + beta * per_token_kl
     if loss_type in ["grpo", "sapo"]:
         loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+        normalizer = 1.0
+    elif loss_type == "dr_grpo":
+        loss = (per_token_loss * mask).sum() / (per_token_loss.size(0) * max_completion_length)
         normalizer = 1.0
     else:  # dapo
         normalizer = mask.sum().clamp(min=1.0)
@@ -134,9 +146,20 @@ class AdaptiveEntropyController:
 
 
 def gmpo_loss(
-    per_token_logps, old_per_token_logps, advantages, mask, epsilon_low=0.4, epsilon_high=0.4
+    per_token_logps,
+    old_per_token_logps,
+    advantages,
+    mask,
+    epsilon_low=0.4,
+    epsilon_high=0.4,
+    entropies=None,
+    top_entropy_quantile=1.0,
 ):
-    """`GMPOTrainer._compute_loss` (beta = 0, no entropy mask); `advantages` is (B,)."""
+    """`GMPOTrainer._compute_loss` (beta = 0); `advantages` is (B,)."""
+    if top_entropy_quantile < 1.0:
+        entropy_mask = get_high_entropy_mask(entropies, mask, 1 - top_entropy_quantile)
+    else:
+        entropy_mask = None
     log_ratio = per_token_logps - old_per_token_logps
     clamped_log_ratio = torch.clamp(log_ratio, min=-epsilon_low, max=epsilon_high)
     advantages_col = advantages.unsqueeze(1)
@@ -145,7 +168,7 @@ def gmpo_loss(
         torch.minimum(log_ratio, clamped_log_ratio),
         torch.maximum(log_ratio, clamped_log_ratio),
     )
-    seq_mask = mask
+    seq_mask = mask * entropy_mask if entropy_mask is not None else mask
     log_importance_weights = (clipped_log_ratio * seq_mask).sum(-1) / seq_mask.sum(-1).clamp(
         min=1.0
     )

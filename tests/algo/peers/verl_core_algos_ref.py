@@ -23,7 +23,12 @@ def masked_mean(values, mask, axis=None):
     return s / (mask.sum(axis=axis) + 1e-8)
 
 
-def agg_loss(loss_mat, loss_mask, loss_agg_mode):
+def agg_loss(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor=None):
+    if loss_agg_mode == "seq-mean-token-sum-norm":  # at b178a3cd: no division by N_seq
+        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1)
+        if loss_scale_factor is None:
+            loss_scale_factor = loss_mask.shape[-1]
+        return torch.sum(seq_losses) / loss_scale_factor
     if loss_agg_mode == "token-mean":
         batch_num_tokens = loss_mask.sum()
         loss = masked_sum(loss_mat, loss_mask) / batch_num_tokens
