@@ -39,3 +39,8 @@ class Echo(Environment):
 class NotAnEnvironment:
     def __init__(self, **options) -> None:
         pass
+
+
+def not_an_environment(**options):
+    """A factory that makes something else (refused when it is called)."""
+    return NotAnEnvironment(**options)

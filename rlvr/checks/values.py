@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
@@ -66,7 +67,15 @@ def resolve_callable(reference: Any, field: str, kind: str = "function") -> Call
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise ValueError(f"{field} {reference!r}: cannot import {module_name!r}: {err}") from err
+        hint = ""
+        if isinstance(err, ModuleNotFoundError) and err.name == module_name.split(".")[0]:
+            hint = (
+                f" (the rlvr command imports your modules from the current directory, "
+                f"{os.getcwd()}, and PYTHONPATH)"
+            )
+        raise ValueError(
+            f"{field} {reference!r}: cannot import {module_name!r}: {err}{hint}"
+        ) from err
     value = getattr(module, attribute, None)
     if not callable(value):
         raise ValueError(f"{field} {reference!r}: {module_name} has no {kind} {attribute!r}")

@@ -31,6 +31,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     out = explicit.get("out")
     if args.resume is not None and out is not None and out != args.resume:
         return fail(f"--resume {args.resume} and --out {out} name different directories")
+    base: dict = {}
     try:
         if args.resume is not None:
             cfg = resume_config(args.resume, args.set, **explicit)
@@ -39,8 +40,33 @@ def cmd_train(args: argparse.Namespace) -> int:
             cfg = resolve_config(base, args.set, **explicit)
     except ValueError as err:
         return fail(str(err))
+    if args.resume is None:
+        budget_set = "max_new_tokens" in (base or {}) or "max_new_tokens" in explicit
+        budget_set |= any(s.split("=")[0].strip() == "max_new_tokens" for s in args.set)
+        warning = budget_warning(cfg, budget_set)
+        if warning:
+            print(f"rlvr: warning: {warning}", file=sys.stderr)
     mode = "resume" if args.resume is not None else "overwrite" if args.overwrite else "new"
     return _train(cfg, mode)
+
+
+def budget_warning(cfg, budget_set: bool) -> str | None:
+    """Why the token budget will cut most episodes short, if it will: the config attaches
+    an environment or tools and leaves `max_new_tokens` at the task's one-turn default,
+    which every turn and observation of an episode share (docs/agentic.md)."""
+    if budget_set or not (cfg.environment or cfg.tools):
+        return None
+    from rlvr.parts import Episodes, build_task
+
+    what = f"environment {cfg.environment!r}" if cfg.environment else f"tools {cfg.tools}"
+    task = build_task(cfg.task, cfg.task_options, Episodes.of(cfg), build=False)
+    turns = task.episode_budgets.max_turns
+    return (
+        f"{what} makes episodes of up to {turns} turns, but max_new_tokens is left at the "
+        f"one-turn default of task {cfg.task!r} ({cfg.max_new_tokens} tokens), which all turns "
+        f"and observations of an episode share: most episodes would be cut after their first "
+        f"turn (env/ended_budget); set it, e.g. --set max_new_tokens={cfg.max_new_tokens * turns}"
+    )
 
 
 def _train(cfg, mode: str) -> int:

@@ -23,7 +23,9 @@ from rlvr.checks import is_number, resolve_callable
 from rlvr.envs.base import Environment
 from rlvr.envs.budgets import EpisodeBudgets
 from rlvr.envs.chat_tools import ChatToolEnvironment, tool_call_format
+from rlvr.envs.checks import check_environment, check_tool
 from rlvr.envs.isolated import isolate
+from rlvr.envs.notices import FailureNotices, watched
 from rlvr.envs.tools import ToolEnvironment, tool_schema
 
 
@@ -37,14 +39,18 @@ TOOL_TIMEOUT_S = 5.0
 TOOL_KEYS = ("factory", "options", "timeout_s")
 
 
-def make_tools(tools: list[Any], build: bool = True) -> tuple[list[Any], list[float]]:
-    """The tool functions of the config's `tools` entries and their time limits. With
+def make_tools(
+    tools: list[Any], build: bool = True, tool_format: str = "tags"
+) -> tuple[list[Any], list[float]]:
+    """The tool functions of the config's `tools` entries and their time limits, each
+    checked to be callable the way `tool_format` calls it (`rlvr.envs.checks`). With
     `build` false (checking a config), factories are imported, not called: None stands for
     each of their tools."""
     functions, timeouts = [], []
     for i, entry in enumerate(tools):
         if not isinstance(entry, dict):
             functions.append(resolve(entry, f"tools[{i}]"))
+            check_tool(functions[-1], f"tools[{i}] {entry!r}", tool_format)
             timeouts.append(TOOL_TIMEOUT_S)
             continue
         unknown = sorted(set(entry) - set(TOOL_KEYS))
@@ -61,6 +67,8 @@ def make_tools(tools: list[Any], build: bool = True) -> tuple[list[Any], list[fl
             raise ValueError(f"tools[{i}].options must be a mapping, got {options!r}")
         factory = resolve(entry["factory"], f"tools[{i}].factory")
         functions.append(factory(**options) if build else None)
+        if build:
+            check_tool(functions[-1], f"tools[{i}] (made by {entry['factory']})", tool_format)
         timeouts.append(float(timeout))
     return functions, timeouts
 
@@ -91,7 +99,7 @@ def environment_factory(
             raise ValueError(
                 f"environment_options {sorted(options)} apply to environment, not tools"
             )
-        functions, timeouts = make_tools(tools, build)
+        functions, timeouts = make_tools(tools, build, tool_format)
         if not build:
             return lambda: None  # a config being checked: no episode runs
         limits = {fn.__name__: t for fn, t in zip(functions, timeouts, strict=True)}
@@ -108,6 +116,7 @@ def environment_factory(
             raise ValueError(f"environment_options {sorted(options)} need environment set")
         return None
     cls = resolve(environment, "environment")
+    check_environment(cls, options, environment)
     return lambda: _check(cls(**options), environment)
 
 
@@ -149,9 +158,11 @@ def attach_environment(
         )
     base = own.to_dict() if own is not None else {}
     task.episode_budgets = EpisodeBudgets.from_dict({**base, **(episode or {})})
-    if factory is not None:
-        task.environment = lambda problem: factory()
     budgets = task.episode_budgets
+    if factory is not None:
+        name = environment if environment is not None else f"tools {_names(tools)}"
+        notices = FailureNotices(name, budgets.env_errors)
+        task.environment = watched(factory, notices, _origin(environment))
     if budgets.env_isolation == "process" and build and not hasattr(task.environment, "isolated"):
         task.environment = isolate(task.environment, budgets.env_timeout_s, budgets.env_memory_mb)
     if tools:
@@ -159,6 +170,15 @@ def attach_environment(
     if tool_format != "tags" and build:
         task.tool_schemas = [tool_schema(fn) for fn in factory().tools.values()]
     return task
+
+
+def _names(tools: list[Any]) -> str:
+    return "[" + ", ".join(str(e["factory"] if isinstance(e, dict) else e) for e in tools) + "]"
+
+
+def _origin(environment: str | None) -> Any:
+    """The user's class or factory (where a failure to make one is shown to come from)."""
+    return None if environment is None else resolve(environment, "environment")
 
 
 def _check_tool_limits(tools: list[Any], budgets: EpisodeBudgets) -> None:

@@ -98,6 +98,8 @@ class ToolEnvironment(Environment):
         self.observation_format = observation_format
         self.timeout_s = timeout_s
         self.stop = tuple(f"</{name}>" for name in self.tools)
+        self.last_error: BaseException | None = None
+        """The exception of the last tool that raised (`rlvr.envs.notices` shows where)."""
 
     def step(self, turn: str) -> Reply:
         name = next((n for n in self.tools if turn.endswith(f"</{n}>")), None)
@@ -117,6 +119,7 @@ class ToolEnvironment(Environment):
             text = f"error: {name} timed out after {self.timeout_s:g}s"
             return Reply(self._wrap(text), tool_call=True, tool_error="timeout", call=call)
         except Exception as error:  # the tool's failure is an observation, not a crash
+            self.last_error = error
             text = f"error: {type(error).__name__}: {error}"
             return Reply(self._wrap(text), tool_call=True, tool_error="error", call=call)
         return Reply(self._wrap(result), tool_call=True, call=call)

@@ -95,7 +95,9 @@ def test_settings_that_cannot_take_effect_are_refused(values, message):
 
 def test_an_environment_class_must_make_an_environment():
     task = make_task("arithmetic")
-    attach_environment(task, "user_envs:NotAnEnvironment", {}, [], {})
+    with pytest.raises(ValueError, match=r"NotAnEnvironment does not subclass rlvr\.envs\.Env"):
+        attach_environment(task, "user_envs:NotAnEnvironment", {}, [], {})  # when the run starts
+    attach_environment(task, "user_envs:not_an_environment", {}, [], {})  # a factory: when called
     with pytest.raises(
         ValueError, match=r"made a NotAnEnvironment, not an rlvr\.envs\.Environment"
     ):

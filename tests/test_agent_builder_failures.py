@@ -1,0 +1,255 @@
+"""The agent builder's trial (issue 42, shared/reports/agent-builder-trial.md), replayed:
+every mistake of its tables gets the message the user needs, and none passes silently.
+
+- §1d, mistakes in the environment class: the ones every episode would meet (a wrong
+  `step`/`reset` signature, an abstract `step`, a class that is no Environment, a bad
+  `environment_options` key) are refused when the run starts, in one line naming the
+  field; the ones only a call shows (`step` returns a `str`, `Reply(42)`, `step` raises)
+  are printed the first time, with the exception and the user's file and line, under
+  every `episode.env_errors` mode, and then only counted.
+- §1e, tools: a wrong signature is refused when the run starts; a tool that raises is
+  printed once with where it raised.
+- §1a/§1b: the CLI imports the user's module from the current directory; a config that
+  leaves the one-turn budget on a multi-turn environment is warned about.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent / "rollout"))
+
+from scripted_engine import EOS, ScriptedEngine
+
+from rlvr.envs.attach import attach_environment
+from rlvr.models import CharTokenizer
+from rlvr.rollout import SamplingParams
+from rlvr.rollout.episodes import generate_for
+from rlvr.runlog.progress import StepBar
+from rlvr.tasks import make_task
+from rlvr.train.config import resolve_config
+
+BAD_ENVS = """
+import re
+from rlvr.envs import Environment, Reply
+
+
+class Numberle(Environment):
+    stop = ("}",)
+
+    def __init__(self, max_tries: int = 3) -> None:
+        self.max_tries = max_tries
+
+    def reset(self, problem) -> None:
+        self.secret = str(problem.answer)
+
+    def step(self, turn: str) -> Reply:
+        return Reply(" +-:", tool_call=True)
+
+
+class NoTurnArg(Numberle):
+    def step(self):
+        return Reply(done=True)
+
+
+class ResetNoProblem(Numberle):
+    def reset(self):
+        pass
+
+
+class Typo(Environment):
+    def stepp(self, turn):
+        return Reply(done=True)
+
+
+class NotAnEnv:
+    def step(self, turn):
+        return Reply(done=True)
+
+
+class ReturnsString(Numberle):
+    def step(self, turn):
+        return " try again:"
+
+
+class ReturnsInt(Numberle):
+    def step(self, turn):
+        return Reply(42, done=True)
+
+
+class Raises(Numberle):
+    def step(self, turn):
+        raise KeyError("secret not found")
+"""
+
+MY_TOOLS = '''
+def calc() -> str:
+    return "1"
+
+
+def convert(expression: str) -> str:
+    """Convert a quantity."""
+    if "km" in expression:
+        raise OverflowError("no kilometres here")
+    return expression
+'''
+
+
+@pytest.fixture
+def user_modules(tmp_path, monkeypatch):
+    """bad_envs.py and my_tools.py in a directory on sys.path, as a user writes them."""
+    (tmp_path / "bad_envs.py").write_text(BAD_ENVS)
+    (tmp_path / "my_tools.py").write_text(MY_TOOLS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("bad_envs", "my_tools"):
+        sys.modules.pop(name, None)
+    return tmp_path
+
+
+BASE = {"task": "arithmetic", "task_options": {"digits": 2, "ops": "+"}, "max_new_tokens": 64}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"environment": "bad_envs:NoTurnArg"},
+            "environment 'bad_envs:NoTurnArg': NoTurnArg.step(self) cannot be called as "
+            "step(turn); define it as `def step(self, turn) -> Reply`",
+        ),
+        (
+            {"environment": "bad_envs:ResetNoProblem"},
+            "ResetNoProblem.reset(self) cannot be called as reset(problem); define it as "
+            "`def reset(self, problem)`",
+        ),
+        (
+            {"environment": "bad_envs:Typo"},
+            "Typo does not define step, which every Environment must (step(self, turn: str) "
+            "-> Reply); it defines 'stepp': a typo for 'step'?",
+        ),
+        (
+            {"environment": "bad_envs:NotAnEnv"},
+            "NotAnEnv does not subclass rlvr.envs.Environment; define it as "
+            "`class NotAnEnv(Environment)`",
+        ),
+        (
+            {"environment": "bad_envs:Numberle", "environment_options": {"max_trys": 3}},
+            "environment_options: environment 'bad_envs:Numberle' takes no option 'max_trys' "
+            "(did you mean 'max_tries'?); it takes: max_tries",
+        ),
+        (
+            {"tools": ["my_tools:calc"]},
+            "tools[0] 'my_tools:calc': calc() -> str cannot be called: a tags tool is called "
+            "with the text between its tags, calc(text), or with a JSON object's keys",
+        ),
+    ],
+)
+def test_mistakes_every_episode_would_meet_are_refused_when_the_run_starts(
+    user_modules, values, message
+):
+    with pytest.raises(ValueError) as refused:
+        resolve_config({**BASE, **values})
+    assert message in str(refused.value)
+    assert "\n" not in str(refused.value)  # one line
+
+
+def _episodes(task, mode: str, rounds: int = 2) -> list:
+    """`rounds` batches of 2 episodes whose policy answers `\\boxed{1}` and then EOS."""
+    problem = task.problems("train")[0]
+
+    def policy(context, k):
+        return "\\boxed{1}" if context.endswith("A:") else " done" + EOS
+
+    engine = ScriptedEngine(CharTokenizer(), policy)
+    params = SamplingParams(group_size=2, max_new_tokens=40)
+    records = []
+    for _ in range(rounds):
+        gen = generate_for(engine, task, [problem], params, torch.Generator())
+        records += gen.episodes
+    return records
+
+
+@pytest.mark.parametrize("mode", ["drop", "keep", "stop"])
+@pytest.mark.parametrize(
+    ("cls", "headline", "line"),
+    [
+        ("ReturnsString", "failed in step: step returned str, not a Reply", 40),
+        ("ReturnsInt", "failed in step: Reply.observation is int, not a str", 45),
+        ("Raises", "failed in step: KeyError: 'secret not found'", 51),
+    ],
+)
+def test_the_first_failure_is_printed_with_where_it_came_from_under_every_mode(
+    user_modules, capsys, mode, cls, headline, line
+):
+    task = make_task("arithmetic", digits=2, ops="+")
+    attach_environment(task, f"bad_envs:{cls}", {}, [], {"env_errors": mode})
+    records = _episodes(task, mode)
+    assert all(r.env_failed for r in records)  # flagged and counted, as before
+    err = capsys.readouterr().err
+    assert err.count("rlvr: the environment") == 1, err  # 4 failures, printed once
+    assert f"rlvr: the environment bad_envs:{cls} {headline}" in err
+    assert f"  at {user_modules / 'bad_envs.py'}:{line}, in " in err  # the user's own line
+    assert f"episode.env_errors={mode!r}" in err
+    assert "further" in err.lower() and "env/failed_frac" in err
+
+
+def test_a_failing_tool_is_printed_once_with_the_line_that_raised(user_modules, capsys):
+    task = make_task("arithmetic", digits=2, ops="+")
+    attach_environment(task, None, {}, ["my_tools:convert"], {})
+    env = task.environment(task.problems("train")[0])
+    first = env.step("<convert>3 km</convert>")
+    env.step("<convert>4 km</convert>")
+    assert first.observation == "<result>error: OverflowError: no kilometres here</result>"
+    err = capsys.readouterr().err
+    assert err.count("rlvr: the tool") == 1
+    assert "the tool convert of tools [my_tools:convert] failed (error): OverflowError" in err
+    assert (
+        f"at {user_modules / 'my_tools.py'}:9, in convert" in err
+        and "<convert>3 km</convert>" in err
+    )
+    assert "env/tool_error_rate" in err
+
+
+def test_the_cli_imports_user_modules_from_the_current_directory(tmp_path, monkeypatch):
+    from rlvr.checks import resolve_callable
+    from rlvr.cli.main import importable_here
+
+    (tmp_path / "here_envs.py").write_text("def make():\n    return 1\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    with pytest.raises(ValueError) as missing:
+        resolve_callable("here_envs:make", "environment")
+    assert f"imports your modules from the current directory, {tmp_path}" in str(missing.value)
+    importable_here()
+    assert resolve_callable("here_envs:make", "environment")() == 1
+
+
+def test_the_one_turn_budget_with_an_environment_is_warned_about(user_modules):
+    from rlvr.cli.train import budget_warning
+
+    values = {**BASE, "environment": "bad_envs:Numberle", "episode": {"max_turns": 4}}
+    del values["max_new_tokens"]
+    cfg = resolve_config(values)
+    assert cfg.max_new_tokens == 17  # 2-digit addition's one-turn default
+    warning = budget_warning(cfg, budget_set=False)
+    assert "makes episodes of up to 4 turns, but max_new_tokens is left at the one-turn " in warning
+    assert "default of task 'arithmetic' (17 tokens)" in warning
+    assert warning.endswith("--set max_new_tokens=68")  # 17 × 4 turns
+    assert budget_warning(cfg, budget_set=True) is None
+    assert budget_warning(resolve_config(BASE), budget_set=False) is None  # one-turn
+
+
+def test_the_bar_shows_turns_and_failed_and_warns_once_when_most_episodes_run_out(capsys):
+    bar = StepBar(total=2, enabled=False, desc="t")
+    metrics = {"env/turns": 1.5, "env/failed_frac": 0.25, "env/ended_budget": 0.625}
+    bar.update(metrics, 0.4)
+    bar.update(metrics, 0.4)
+    bar.close()
+    err = capsys.readouterr().err
+    assert err.count("rlvr: warning: 62% of this step's episodes ran out of tokens") == 1
+    assert "raise it (or lower episode.max_turns)" in err
+    assert bar._bar.postfix is None or "turns=1.50" in str(bar._bar.postfix)
