@@ -12,6 +12,12 @@ the trajectory's length (the overlong ramp), and their gradient is exactly 0.
 A distillation recipe (`teacher_kl_coef` > 0: opd, opsd) reads each response's
 `teacher_logprobs`, the teacher's log π_T of the same tokens; an observation token may
 hold null there (the teacher scores no context), and gets no teacher term either way.
+
+`sampler_logprobs` (every response or none): the rollout engine's log-probs of the same
+tokens. With them the recipe's rollout correction acts as in training (weights, and
+rejection, which takes tokens out of the mask before the advantages), DPPO measures its
+trust region against them, and the `rollout/mismatch_*` metrics appear; without them no
+correction acts.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ RESPONSE_KEYS = (
     "truncated",
     "observation",
     "teacher_logprobs",
+    "sampler_logprobs",
 )
 # Bounds that keep every intermediate finite: exp(logπ − logπ_ref) of the k3 KL and the
 # whitening of rewards stay far from float64 overflow.
@@ -109,6 +116,7 @@ class AuditBatch:
     ref_logprobs: torch.Tensor
     values: torch.Tensor | None
     teacher_logprobs: torch.Tensor | None  # (N, T) log π_T; 0 where none was given
+    sampler_logprobs: torch.Tensor | None  # (N, T) the rollout engine's; None: not given
     rewards: torch.Tensor
     correct: torch.Tensor
     truncated: torch.Tensor
@@ -223,8 +231,10 @@ def _response(
         if "teacher_logprobs" in resp
         else None
     )
+    sampler = resp.get("sampler_logprobs")
     return {
         "logprobs": logprobs,
+        "sampler": None if sampler is None else _logprobs(sampler, f"{where}.sampler_logprobs", n),
         "observation": observation,
         "old": old,
         "ref": ref,
@@ -279,6 +289,12 @@ def parse_batch(data: Any, needs_values: bool, needs_teacher: bool = False) -> A
         shape.append([len(r["logprobs"]) for r in rows])
     length = max(len(r["logprobs"]) for r in parsed)
     col = lambda key: _pad([r[key] for r in parsed], length)  # noqa: E731
+    given = [r["sampler"] is not None for r in parsed]
+    if any(given) and not all(given):
+        raise AuditInputError(
+            f"sampler_logprobs: given for {sum(given)} of {len(given)} responses; give them for "
+            "every response (the rollout engine reports every token) or for none"
+        )
     return AuditBatch(
         shape=shape,
         group_ids=torch.tensor(group_ids),
@@ -289,6 +305,7 @@ def parse_batch(data: Any, needs_values: bool, needs_teacher: bool = False) -> A
         ref_logprobs=col("ref"),
         values=col("values") if needs_values else None,
         teacher_logprobs=col("teacher") if needs_teacher else None,
+        sampler_logprobs=col("sampler") if all(given) else None,
         rewards=torch.tensor([r["reward"] for r in parsed], dtype=torch.float64),
         correct=torch.tensor([r["correct"] for r in parsed], dtype=torch.float64),
         truncated=torch.tensor([r["truncated"] for r in parsed]),
@@ -355,6 +372,7 @@ def run_audit(data: Any) -> dict[str, Any]:
             values=batch.values,
             lengths=batch.lengths,
             teacher_logprobs=batch.teacher_logprobs,
+            sampler_logprobs=batch.sampler_logprobs,
         )
     except ValueError as err:
         raise AuditInputError(str(err)) from None
@@ -368,6 +386,8 @@ def run_audit(data: Any) -> dict[str, Any]:
         response_mask=prepared.response_mask,
         ref_logprobs=batch.ref_logprobs,
         nll_weights=prepared.nll_weights,
+        sampler_logprobs=batch.sampler_logprobs,
+        sampled_mask=prepared.sampled_mask,
     )
     loss.backward()
     if not (torch.isfinite(loss) and torch.isfinite(logprobs.grad).all()):
