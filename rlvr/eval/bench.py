@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from rlvr.eval.passk import majority_correct, pass_at_k
+from rlvr.eval.passk import majority_correct, pass_at_k, wilson_interval
 from rlvr.eval.significance import t_interval
 from rlvr.eval.tool_metrics import episode_values, item_means, summarise_tools
 from rlvr.rollout import RolloutEngine, SamplingParams
@@ -157,8 +157,8 @@ def pass_ks(k: int) -> list[int]:
 
 def summarise(records: list[dict[str, Any]], k: int) -> dict[str, float]:
     """Means over items with 95 % CIs: `eval/avg@k`, `eval/pass@j`, `eval/maj@k`,
-    `eval/format_rate`, `eval/mean_tokens`, and with episodes the tool use
-    (`rlvr.eval.tool_metrics`), each with `_ci_low` / `_ci_high`."""
+    `eval/format_rate` (rates: Wilson), `eval/mean_tokens` (Student t), and with episodes
+    the tool use (`rlvr.eval.tool_metrics`), each with `_ci_low` / `_ci_high`."""
     if not records:
         raise ValueError("no eval items: the split is empty (check --data, --split, --size)")
     columns = {
@@ -170,7 +170,8 @@ def summarise(records: list[dict[str, Any]], k: int) -> dict[str, float]:
     }
     metrics: dict[str, float] = {"eval/items": float(len(records)), "eval/k": float(k)}
     for name, field in columns.items():
-        interval = t_interval([r[field] for r in records])
+        values = [r[field] for r in records]
+        interval = t_interval(values) if field == "mean_tokens" else wilson_interval(values)
         metrics[f"eval/{name}"] = interval.mean
         metrics[f"eval/{name}_ci_low"] = interval.low
         metrics[f"eval/{name}_ci_high"] = interval.high

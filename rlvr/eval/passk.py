@@ -1,8 +1,9 @@
-"""Per-item sample metrics: avg@k, unbiased pass@k, maj@k.
+"""Per-item sample metrics: avg@k, unbiased pass@k, maj@k, and the interval of a rate.
 
-Every metric is computed per eval item and then averaged over items, so its 95 % CI is
-the Student-t interval over items (`rlvr.eval.significance.t_interval`): the items, not the
-samples, are the independent units.
+Every metric is computed per eval item and then averaged over items: the items, not the
+samples, are the independent units. A rate (a mean of per-item values in [0, 1]) gets the
+Wilson score interval over items (`wilson_interval`), which stays inside [0, 1] where the
+normal (Wald) or Student-t interval of a rate near 0 or 1 goes below 0 or above 1.
 """
 
 from __future__ import annotations
@@ -10,6 +11,31 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
+from statistics import NormalDist
+
+from rlvr.eval.significance import Interval
+
+
+def wilson_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Wilson score interval (Wilson 1927, JASA 22:209) of the mean p̂ of n values in [0, 1]:
+    (p̂ + z²/2n ± z·√(p̂(1−p̂)/n + z²/4n²)) / (1 + z²/n), z = Φ⁻¹((1 + c)/2).
+
+    For 0/1 values (one sample per item) it is the textbook interval. For values inside
+    [0, 1] (avg@k of k > 1 samples) p̂(1−p̂) bounds their variance, so the interval is
+    conservative; it never leaves [0, 1], unlike p̂ ± z·√(p̂(1−p̂)/n)."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("wilson_interval needs at least one value")
+    if any(not 0.0 <= v <= 1.0 for v in values):
+        raise ValueError(f"wilson_interval takes rates in [0, 1], got {min(values)}…{max(values)}")
+    p = math.fsum(values) / n
+    z = NormalDist().inv_cdf((1 + confidence) / 2)
+    shrink = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / shrink
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / shrink
+    low = 0.0 if p == 0 else max(0.0, centre - half)  # exact ends: equal in exact arithmetic
+    high = 1.0 if p == 1 else min(1.0, centre + half)
+    return Interval(p, low, high, n)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -10,7 +10,7 @@ from hf_testlib import build_tiny_hf_model, gsm8k_rows, write_jsonl
 
 from rlvr.cli import main
 from rlvr.eval.bench import pass_ks, summarise
-from rlvr.eval.passk import majority_correct, pass_at_k
+from rlvr.eval.passk import majority_correct, pass_at_k, wilson_interval
 
 
 def test_pass_at_k_by_hand():
@@ -42,17 +42,42 @@ def test_pass_ks():
     assert pass_ks(12) == [1, 2, 4, 8, 12]
 
 
-def test_summary_has_t_intervals_over_items():
+def test_summary_has_wilson_intervals_for_rates_and_t_for_tokens():
     records = [
         {"avg": a, "maj": m, "format_rate": 1.0, "mean_tokens": t, "pass@1": a, "pass@2": p}
         for a, m, t, p in [(0.5, 1.0, 10, 1.0), (0.0, 0.0, 20, 0.0)]
     ]
     metrics = summarise(records, 2)
     assert metrics["eval/avg@2"] == 0.25 and metrics["eval/mean_tokens"] == 15
-    # two items 0.5 and 0: s = 0.3536, t(0.975, 1) = 12.706 → half = 12.706·0.3536/√2 = 3.177
-    assert metrics["eval/avg@2_ci_high"] - 0.25 == pytest.approx(
-        12.706 * 0.35355 / math.sqrt(2), rel=1e-3
+    # tokens 10 and 20: s = 7.071, t(0.975, 1) = 12.706 → half = 12.706·7.071/√2 = 63.53
+    assert metrics["eval/mean_tokens_ci_high"] - 15 == pytest.approx(
+        12.706 * 7.0711 / math.sqrt(2),
+        rel=1e-3,  # 5 significant digits of t and s
     )
+    # avg@2 = 0.25 over n = 2, z² = 3.8415: centre (0.25 + 0.9604)/2.9207 = 0.41441,
+    # half 1.96·√(0.09375 + 0.24009)/2.9207 = 0.38773 → [0.02668, 0.80213] (the t interval
+    # of 0.5 and 0 would be 0.25 ± 3.18, far below 0)
+    assert metrics["eval/avg@2_ci_low"] == pytest.approx(0.02668, abs=1e-5)  # 5 decimals
+    assert metrics["eval/avg@2_ci_high"] == pytest.approx(0.80213, abs=1e-5)
+    assert metrics["eval/format_rate_ci_high"] == 1.0  # every item formatted: the top is 1
+
+
+def test_wilson_interval_by_hand_never_leaves_0_1():
+    # The trial's 3 correct of 200: Wald gives 0.015 ± 0.0168 = [−0.002, 0.032]. Wilson,
+    # z² = 3.84146: centre (0.015 + 0.0096037)/1.0192073 = 0.024140, half
+    # 1.96·√(0.000073875 + 0.0000240091)/1.0192073 = 0.019026 → [0.005114, 0.043166].
+    interval = wilson_interval([1.0] * 3 + [0.0] * 197)
+    assert interval.mean == 0.015
+    assert interval.low == pytest.approx(0.005114, abs=1e-6)  # 6 decimals worked above
+    assert interval.high == pytest.approx(0.043166, abs=1e-6)
+    # 0 of 10: the lower bound is 0 and the upper z²/n / (1 + z²/n) = 0.384146/1.384146
+    none = wilson_interval([0.0] * 10)
+    assert none.low == 0.0  # centre and half are equal (0.139) in exact arithmetic
+    assert none.high == pytest.approx(0.384146 / 1.384146, abs=1e-6)
+    all_ = wilson_interval([1.0] * 10)
+    assert all_.high == 1.0 and all_.low == pytest.approx(1 - 0.384146 / 1.384146, abs=1e-6)
+    with pytest.raises(ValueError, match=r"rates in \[0, 1\]"):
+        wilson_interval([0.5, 2.0])
 
 
 @pytest.fixture(scope="module")
