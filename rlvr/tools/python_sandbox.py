@@ -55,13 +55,15 @@ class SandboxLimits:
     """Wall-clock limit (≤ 30 s); then every process of the call is killed. Keep it below
     ToolEnvironment.timeout_s (5 s) so the sandbox's own limit is the one that fires."""
     memory_mb: int = 512
-    """Address space (RLIMIT_AS) of each process."""
+    """Address space (RLIMIT_AS) of each process; with a memory cgroup (a root trainer,
+    where the host allows one), all the call's processes together hold at most
+    memory_mb + disk_mb (its tmpfs's pages count)."""
     cpu_s: int | None = None
     """CPU seconds of each process (RLIMIT_CPU; then SIGXCPU); None: ⌈timeout_s⌉."""
     file_size_mb: int = 16
     """Largest file a process may write (RLIMIT_FSIZE)."""
     disk_mb: int = 64
-    """Size of the sandbox's private /tmp (and /dev/shm), where it may write."""
+    """Size of the sandbox's private /tmp and /dev/shm together, where it may write."""
     max_processes: int = 16
     """Processes and threads of the sandbox together (RLIMIT_NPROC of its own uid)."""
     max_open_files: int = 64
@@ -267,6 +269,8 @@ NOT_ENFORCED = {
     "read_only_root": "the file system could not be made read-only",
     "seccomp": "no seccomp filter: the code may create namespaces of its own and memory "
     "outside its limits",
+    "memory_cgroup": "no memory cgroup: memory_mb bounds each process, not all of a call's "
+    "processes together",
 }
 
 
@@ -294,11 +298,11 @@ def observation(result: SandboxResult, limits: SandboxLimits) -> str:
     elif result.output_exceeded:
         lines.append(f"[stopped: the program printed more than {limits.max_output_bytes} bytes]")
     elif result.exit_code:
-        lines.append(_exit_line(result.exit_code, limits))
+        lines.append(_exit_line(result.exit_code, limits, result.enforced.get("oom_kills", 0)))
     return neutralise("\n".join(lines), limits.extra_tokens)
 
 
-def _exit_line(code: int, limits: SandboxLimits) -> str:
+def _exit_line(code: int, limits: SandboxLimits, oom_kills: int = 0) -> str:
     if code <= 128:
         return f"[exit code {code}]"
     name = signal.Signals(code - 128).name if code - 128 in signal.valid_signals() else code
@@ -306,6 +310,9 @@ def _exit_line(code: int, limits: SandboxLimits) -> str:
         return (
             f"[killed: over its CPU time limit of {limits.cpu_s or math.ceil(limits.timeout_s)} s]"
         )
+    if name == "SIGKILL" and oom_kills:
+        total = limits.memory_mb + limits.disk_mb
+        return f"[killed: its processes together went over their memory limit of {total} MB]"
     return f"[killed by {name}]"
 
 

@@ -1,15 +1,17 @@
 """The python sandbox's launcher: a trusted script, run as `python -I -S sandbox_launcher.py
 CONFIG RUNNER CODE` by `rlvr.tools.python_sandbox`, that builds the sandbox and runs the
-code in it. Standard library only; it never imports rlvr.
+code in it. Standard library only; it never imports rlvr, only the sandbox_* modules beside
+it (procfs, view, seccomp).
 
-As root: a private mount, PID, network and IPC namespace (ctypes `unshare`), in which every
-mount is read-only, /tmp and /dev/shm are fresh small tmpfs, /proc shows only the sandbox,
-and directories an unprivileged user cannot enter on the way to the interpreter (a 0700
-/root holding pyenv) are replaced by a tmpfs that shows only the interpreter. The code runs
-as a dedicated uid (`CONFIG["uid"]`), so RLIMIT_NPROC binds and nothing outside /tmp is
-writable; every process of that uid is killed before and after (`sweep`).
+As root: a private mount, PID, network and IPC namespace (ctypes `unshare`), whose root is
+built from an allowlist (`sandbox_view`: the interpreter and its packages, read-only,
+nosuid, nodev; one small tmpfs for /tmp and /dev/shm; /proc of the sandbox only). The code
+runs as a dedicated uid (`CONFIG["uid"]`), so RLIMIT_NPROC binds and nothing outside /tmp
+is writable; every process of that uid is killed before and after (`sweep`).
 Not root: the same namespaces inside an unprivileged user namespace where the kernel
 allows one; else only the resource limits and the process group.
+Every path: the code's process has PR_SET_NO_NEW_PRIVS and a seccomp filter
+(`sandbox_seccomp`: no namespaces of its own, no mounts, no memfd or SysV shared memory).
 
 Processes: this launcher (host PID namespace) → `init` (PID 1 of the new namespace: mounts,
 then reaps) → the user process. When the user process exits, init exits and the kernel
@@ -23,7 +25,6 @@ import contextlib
 import ctypes
 import json
 import os
-import re
 import resource
 import shutil
 import signal
@@ -32,25 +33,19 @@ import tempfile
 import time
 from collections.abc import Callable
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves it out
+import sandbox_cgroup
+from sandbox_procfs import processes_of, tasks_of
+from sandbox_seccomp import install as install_seccomp
+from sandbox_view import WORKDIR, build_view
+
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
-MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC = 1024, 2048, 4096, 16384
-MS_PRIVATE, MS_RELATIME, MNT_DETACH = 1 << 18, 1 << 21, 2
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
-OPTION_FLAGS = {
-    "nosuid": MS_NOSUID,
-    "nodev": MS_NODEV,
-    "noexec": MS_NOEXEC,
-    "noatime": MS_NOATIME,
-    "nodiratime": MS_NODIRATIME,
-    "relatime": MS_RELATIME,
-}
 INNER_UID = 1000
 """The user's uid inside an unprivileged user namespace (not 0: exec then drops the
 namespace's capabilities, so the code cannot undo the mounts)."""
 SETUP_FAILED = 125
-WORKDIR = "/tmp/work"
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -59,21 +54,32 @@ def report(**fields) -> None:
     os.write(2, (json.dumps(fields) + "\n").encode())
 
 
-def sweep(uid: int, limit_s: float = 2.0) -> bool:
+def sweep(uid: int, limit_s: float = 5.0, zombies_s: float = 1.0) -> bool:
     """Kill every process of `uid`: a helper of that uid sends kill(-1, SIGKILL) (every
-    process it may signal, at once) until /proc shows none alive, then waits a moment for
-    their parents to reap them; orphans reparented here are reaped meanwhile. True when
-    none is left alive."""
+    process it may signal, at once: a fork racing it either is killed too or fails), again
+    while /proc shows one alive, then waits up to `zombies_s` for their parents to reap
+    them; orphans reparented here are reaped meanwhile. True when none is left alive
+    (zombies whose parent does not reap them, an init outside, are not alive).
+
+    The first kill is sent whatever /proc shows: a daemon that keeps re-forking lives at a
+    pid newer than the listing of /proc, which then shows only its zombies (audit F10)."""
     helper = os.fork()
     if helper == 0:
         try:
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
-            deadline = time.monotonic() + limit_s
+            deadline, only_zombies = time.monotonic() + limit_s, None
+            os.kill(-1, signal.SIGKILL)  # succeeds even when it may signal none
             while (found := processes_of(uid)) and time.monotonic() < deadline:
                 if any(state != "Z" for state in found.values()):
-                    os.kill(-1, signal.SIGKILL)  # succeeds even when it may signal none
+                    os.kill(-1, signal.SIGKILL)
+                    only_zombies = None
+                elif (
+                    time.monotonic() - (only_zombies := only_zombies or time.monotonic())
+                    > zombies_s
+                ):
+                    break
                 time.sleep(0.005)
             alive = any(state != "Z" for state in processes_of(uid).values())
             os._exit(1 if alive else 0)
@@ -85,47 +91,12 @@ def sweep(uid: int, limit_s: float = 2.0) -> bool:
             return os.waitstatus_to_exitcode(status) == 0
 
 
-def processes_of(uid: int) -> dict[int, str]:
-    """{pid: state letter} of the processes with `uid` as one of their uids, but this one."""
-    found = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/status") as f:
-                status = dict(line.split(":", 1) for line in f if ":" in line)
-            if str(uid) in status["Uid"].split():
-                found[int(name)] = status["State"].split()[0]
-        except (OSError, KeyError, IndexError):
-            continue  # it is gone
-    return found
-
-
-def tasks_of(uid: int) -> int:
-    """Processes and threads of `uid`, as RLIMIT_NPROC counts them."""
-    total = 0
-    for name in filter(str.isdigit, os.listdir("/proc") if os.path.isdir("/proc") else []):
-        try:
-            with open(f"/proc/{name}/status") as f:
-                status = dict(line.split(":", 1) for line in f if ":" in line)
-            if int(status["Uid"].split()[0]) == uid:
-                total += int(status["Threads"])
-        except (OSError, KeyError, ValueError):
-            continue
-    return total
-
-
-def mount(source, target, fstype, flags, data=None) -> None:
-    encode = lambda s: s.encode() if s is not None else None  # noqa: E731
-    if libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)) != 0:
-        error = ctypes.get_errno()
-        raise OSError(error, f"mount {target}: {os.strerror(error)}")
-
-
 def unshare(root: bool) -> bool:
-    """New mount, PID, network and IPC namespaces (and, not root, a user namespace in
-    which this user is INNER_UID); False where the kernel refuses."""
-    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
+    """New PID, network and IPC namespaces (and, not root, a user namespace in which this
+    user is INNER_UID); False where the kernel refuses. The mount namespace is init's
+    alone: its pivot_root would move the root of every process of its namespace, this
+    launcher's too, which must still see the host's cgroups."""
+    flags = CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
     uid, gid = os.getuid(), os.getgid()
     if not hasattr(libc, "unshare") or libc.unshare(flags | (0 if root else CLONE_NEWUSER)):
         return False
@@ -140,18 +111,6 @@ def unshare(root: bool) -> bool:
     return True
 
 
-def mounts() -> list[tuple[str, int]]:
-    """(mount point, flags to keep) of every mount, parents first."""
-    found = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[4])  # \040: ' '
-            keep = sum(OPTION_FLAGS.get(o, 0) for o in fields[5].split(","))
-            found.append((point, keep))
-    return found
-
-
 def inaccessible_ancestor(path: str) -> str | None:
     """The outermost directory on the way to `path` that others may not enter."""
     here = "/"
@@ -162,65 +121,6 @@ def inaccessible_ancestor(path: str) -> str | None:
     return None
 
 
-def reveal(paths: list[str], disk_mb: int) -> None:
-    """Make each of `paths` reachable by an unprivileged user at its own path: a tmpfs
-    replaces the directory that may not be entered, and only `paths` are bound into it."""
-    hidden = {p: a for p in paths if (a := inaccessible_ancestor(p))}
-    for i, path in enumerate(hidden):
-        os.makedirs(f"/tmp/.stage/{i}")
-        mount(path, f"/tmp/.stage/{i}", None, MS_BIND | MS_REC)
-    for ancestor in sorted(set(hidden.values())):
-        mount("tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, f"size={disk_mb}m,mode=755")
-    for i, path in enumerate(hidden):
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        mount(f"/tmp/.stage/{i}", path, None, MS_BIND | MS_REC)
-        mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
-        libc.umount2(f"/tmp/.stage/{i}".encode(), MNT_DETACH)
-    if hidden:
-        shutil.rmtree("/tmp/.stage")
-    for ancestor in set(hidden.values()):
-        mount(None, ancestor, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-
-
-def keep_from_host_tmp(host_tmp: int, paths: list[str]) -> None:
-    """Bind each of `paths` that lies under the host's /tmp (e.g. a virtual environment in
-    a clone there) at its own path inside the fresh /tmp, read-only; `host_tmp` is an
-    O_PATH descriptor of the host's /tmp, taken before the tmpfs covered it."""
-    for path in paths:
-        if not path.startswith("/tmp/"):
-            continue
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        mount(f"/proc/self/fd/{host_tmp}/{path[len('/tmp/') :]}", path, None, MS_BIND | MS_REC)
-        mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-
-
-def build_view(config: dict) -> dict:
-    """The sandbox's file system: everything read-only but a fresh /tmp (the working
-    directory in it) and /dev/shm; /proc of the new PID namespace."""
-    mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below propagates to the host
-    failed = []
-    for point, keep in mounts():
-        try:
-            mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
-        except OSError:
-            failed.append(point)
-    size = f"size={config['disk_mb']}m"
-    host_tmp = os.open("/tmp", os.O_PATH)  # the interpreter may live under it (a venv in /tmp)
-    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=1777")
-    keep_from_host_tmp(host_tmp, config["reveal"])
-    os.close(host_tmp)
-    reveal(config["reveal"], config["disk_mb"])
-    if os.path.isdir("/dev/shm"):
-        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=1777")
-    try:
-        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        own_proc = True
-    except OSError:
-        own_proc = False
-    os.mkdir(WORKDIR, 0o700)
-    return {"read_only_root": "/" not in failed, "own_proc": own_proc}
-
-
 def set_limits(config: dict) -> None:
     mb = 1024 * 1024
     limits = {
@@ -229,6 +129,7 @@ def set_limits(config: dict) -> None:
         resource.RLIMIT_NOFILE: config["max_open_files"],
         resource.RLIMIT_CORE: 0,
         resource.RLIMIT_NPROC: config["max_processes"],
+        resource.RLIMIT_MSGQUEUE: 0,  # POSIX message queues: memory outside RLIMIT_AS
     }
     for kind, value in limits.items():
         resource.setrlimit(kind, (value, value))
@@ -242,6 +143,8 @@ def run_user(config: dict, runner: str, code: str, workdir: str) -> int:
     errors = os.dup(2)  # close-on-exec: reports a failure to exec, then closes
     try:
         os.setpgid(0, 0)
+        if config.get("cgroup_procs") is not None:
+            sandbox_cgroup.join(config["cgroup_procs"])
         os.chdir(workdir)
         set_limits(config)
         null = os.open(os.devnull, os.O_RDONLY)
@@ -251,6 +154,7 @@ def run_user(config: dict, runner: str, code: str, workdir: str) -> int:
             os.setgroups([])
             os.setgid(config["uid"])
             os.setuid(config["uid"])
+        os.write(errors, (json.dumps(install_seccomp()) + "\n").encode())
         python = config["python"]
         flags = ["-I", "-u", "-X", "utf8"] + ([] if config["site_packages"] else ["-S"])
         argv = [python, *flags, "-c", runner, code, str(config["memory_mb"])]
@@ -261,9 +165,18 @@ def run_user(config: dict, runner: str, code: str, workdir: str) -> int:
 
 
 def wait_for(pid: int) -> int:
-    """Reap children (orphans too) until `pid` exits; its exit code (−signal if killed)."""
+    """Reap children (orphans too) until `pid` exits; its exit code (−signal if killed).
+    A child leaves STARTED before it is reaped, with SIGTERM held: `stop` never signals a
+    pid that was reaped, and so may be another process's by now (audit F10)."""
     while True:
-        done, status = os.waitpid(-1, 0)
+        done = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT).si_pid  # a zombie still
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            with contextlib.suppress(ValueError):
+                STARTED.remove(done)
+            _, status = os.waitpid(done, 0)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         if done == pid:
             return os.waitstatus_to_exitcode(status)
 
@@ -272,7 +185,9 @@ def init(config: dict, runner: str, code: str) -> int:
     """PID 1 of the sandbox's namespace: its exit kills every process left in it."""
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the launcher killed: so is the namespace
     try:
-        view = build_view(config)
+        if libc.unshare(CLONE_NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) refused")
+        view = build_view(config, INNER_UID if config["uid"] is None else config["uid"])
         if config["uid"] is not None:
             os.chown(WORKDIR, config["uid"], config["uid"])
     except OSError as error:
@@ -320,6 +235,23 @@ def main(config: dict, runner: str, code: str) -> int:
         report(error=f"processes of sandbox uid {config['uid']} cannot be killed")
         return SETUP_FAILED
     signal.signal(signal.SIGTERM, stop)
+    cgroup = sandbox_cgroup.make((config["memory_mb"] + config["disk_mb"]) << 20)
+    report(memory_cgroup=cgroup is not None)
+    if cgroup is None:
+        return contain(config, runner, code)
+    procs = sandbox_cgroup.opener(cgroup)
+    try:
+        return contain({**config, "cgroup_procs": procs}, runner, code)
+    finally:
+        os.close(procs)
+        if kills := sandbox_cgroup.oom_kills(cgroup):
+            report(oom_kills=kills)
+        sandbox_cgroup.remove(cgroup)
+
+
+def contain(config: dict, runner: str, code: str) -> int:
+    """Run the code as isolated as the kernel allows (module docstring); its exit code."""
+    root = config["uid"] is not None
     isolated = config["namespaces"] and unshare(root)
     report(namespaces=isolated, uid=root)
     if isolated:
@@ -342,9 +274,23 @@ def main(config: dict, runner: str, code: str) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(user, signal.SIGKILL)  # what it left in its process group
     shutil.rmtree(workdir, ignore_errors=True)
-    if root and not sweep(config["uid"]):
+    if root and not (sweep(config["uid"]) or sweep(config["uid"])):
         report(error=f"processes of sandbox uid {config['uid']} survived the sweep")
+    reap_orphans()
     return code
+
+
+def reap_orphans(limit_s: float = 1.0) -> None:
+    """Reap the zombies reparented here (a subreaper), which would otherwise pass to an
+    init that may be slow to reap them, still counting against the uid's RLIMIT_NPROC."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.01)
 
 
 if __name__ == "__main__":
