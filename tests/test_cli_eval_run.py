@@ -170,7 +170,7 @@ def test_eval_run_prints_metrics(tmp_path, monkeypatch, capsys):
         return EvalResult({"eval/accuracy": 0.5}, [0.5] * len(problems), [])
 
     monkeypatch.setattr(eval_run, "evaluate_policy", evaluate_policy)
-    assert main(["eval", "--run", str(run)]) == 0
+    assert main(["eval", "--run", str(run), "--json"]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert metrics == {"eval/items": 2.0, "eval/max_new_tokens": 33.0, "eval/accuracy": 0.5}
 

@@ -47,12 +47,12 @@ def test_train_writes_everything_and_eval_reads_the_checkpoint(tmp_path, capsys)
     assert list((out / "tensorboard").iterdir())
     summary = json.loads((out / "summary.json").read_text())
     assert {"initial", "final"} <= set(summary) and "best" not in summary  # nothing picked on eval
-    code = main(["eval", "--model", str(out / "checkpoint" / "policy"), "--size", "8"])
+    code = main(["eval", "--model", str(out / "checkpoint" / "policy"), "--size", "8", "--json"])
     metrics = json.loads(capsys.readouterr().out)
     assert code == 0 and metrics["eval/items"] == 8 and 0 <= metrics["eval/accuracy"] <= 1
     # --run evaluates the final checkpoint as the run's own last evaluation did (its task,
     # budget, eval_size, samples, temperature and eval seed): the same numbers.
-    assert main(["eval", "--run", str(out)]) == 0
+    assert main(["eval", "--run", str(out), "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     final = summary["final"]
     assert again["eval/items"] == 8

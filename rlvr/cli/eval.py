@@ -4,10 +4,10 @@ trained (`eval_run`), `--k`/`--data` the pass@k evaluation of any model (`eval_k
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 
 from rlvr.cli.common import fail, task_help
+from rlvr.cli.eval_table import render
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -48,7 +48,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
     except (ValueError, OSError, ImportError) as err:
         return fail(str(err))
-    print(json.dumps(metrics, indent=1))
+    print(render(metrics, args.json))
     return 0
 
 
@@ -113,6 +113,12 @@ def add_eval_parser(sub) -> None:
         "answers)",
     )
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default: 0)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the metrics as one JSON object (default: a table of metric, value, "
+        "95%% interval and n)",
+    )
     from rlvr.cli.eval_k import add_k_arguments
     from rlvr.cli.eval_run import add_tool_arguments
 

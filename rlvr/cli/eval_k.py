@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 from typing import Any
 
 from rlvr.cli.common import fail
+from rlvr.cli.eval_table import render
 
 
 def add_k_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,5 +90,5 @@ def cmd_eval_k(args: argparse.Namespace) -> int:
         metrics = evaluate_from_args(args)
     except (ValueError, OSError, ImportError) as err:
         return fail(str(err))
-    print(json.dumps(metrics, indent=1))
+    print(render(metrics, args.json))
     return 0

@@ -98,17 +98,17 @@ def test_rlvr_eval_runs_the_runs_tools_or_none(model_dir, tmp_path, monkeypatch,
     """`rlvr eval --run` evaluates in the run's episodes, tools declared and tool use
     reported with CIs; `--tools off` evaluates the same checkpoint in one turn."""
     use_tool_calling_engine(monkeypatch)
-    import rlvr.eval.run
+    import rlvr.parts.build
 
     monkeypatch.setattr(
-        rlvr.eval.run,
-        "HFEngine",
-        lambda policy, tokenizer, fp32_head, compile: ToolCallingEngine(policy, tokenizer),
+        rlvr.parts.build,
+        "make_engine",
+        lambda policy, tokenizer, engine, options, fp32_head: ToolCallingEngine(policy, tokenizer),
     )
     out = tmp_path / "run"
     run_training(resolve_config(tool_config(model_dir, tmp_path, steps=1, eval_size=2)))
     items = tmp_path / "items.jsonl"
-    common = ["eval", "--run", str(out), "--k", "4", "--size", "2", "--items", str(items)]
+    common = ["eval", "--run", str(out), "--k", "4", "--size", "2", "--items", str(items), "--json"]
     assert main(common) == 0
     metrics = json.loads(capsys.readouterr().out)
     # every item: sample 0 calls calc (2 turns), 1 and 2 make malformed calls (2 turns),

@@ -92,7 +92,7 @@ def test_cli_eval_k4_on_a_gsm8k_file(model_dir, tmp_path, capsys):
         [
             "eval", "--model", model_dir, "--task", "gsm8k", "--data", data, "--k", "4",
             "--temperature", "1.0", "--max-new-tokens", "5", "--items", str(items),
-            "--set", "policy.chat_template=true",
+            "--set", "policy.chat_template=true", "--json",
         ]
     )  # fmt: skip
     assert code == 0
