@@ -3,17 +3,18 @@
 Rows are read (``rlvr.tasks.data_loading``), validated (every bad row is reported by its
 line number), optionally deduplicated by prompt (rows whose duplicates disagree on the
 answer are dropped), and split with a seeded shuffle into train / dev / eval. The prompt
-template is data: a Python format string (``"{prompt}\\nAnswer in \\\\boxed{{}}."``) or,
-when it contains ``{{`` or ``{%``, a Jinja template; both see the prompt as ``prompt``
-and every column of the row by name. Completions are scored by a named verifier of
-``rlvr.verify.check`` (gsm8k, math, aime); the row's other columns travel with the
-problem for user reward functions.
+template is data: a Python format string (``"{prompt}\\nAnswer in \\\\boxed{{}}."``) or a
+Jinja template (``{%`` tags, or ``{{ prompt }}`` with no named ``{field}``: `is_jinja`);
+both see the prompt as ``prompt`` and every column of the row by name. Completions are
+scored by a named verifier of ``rlvr.verify.check`` (gsm8k, math, aime); the row's other
+columns travel with the problem for user reward functions.
 """
 
 from __future__ import annotations
 
 import random
 import re
+import string
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,11 +74,56 @@ def normalise_answer(verifier: str, answer: Any) -> str:
 def render_template(template: str, prompt: str, columns: dict[str, Any]) -> str:
     """``template`` filled with ``prompt`` and the row's columns (format string or Jinja)."""
     values = {**columns, "prompt": prompt}
-    if "{{" in template.replace("{{}}", "") or "{%" in template:
+    if is_jinja(template):
         import jinja2
 
         return jinja2.Template(template, undefined=jinja2.StrictUndefined).render(**values)
     return template.format(**values)
+
+
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def is_jinja(template: str) -> bool:
+    """A template is Jinja when it has a ``{%`` or ``{#`` tag, or a non-empty ``{{ … }}``
+    and no named format field. A named field (``{prompt}``, ``{row.x}``, ``{q[0]}``) makes it a
+    format string, whose ``{{`` and ``}}`` are escaped braces: ``\\boxed{{12}}`` is
+    ``\\boxed{12}`` there, not a Jinja expression. A positional ``{}`` or ``{12}`` is not a
+    name, so ``{{ prompt }} … \\boxed{12}`` stays Jinja."""
+    if "{%" in template or "{#" in template:
+        return True
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError:  # unbalanced single braces: not a format string
+        fields = []
+    if any(_NAME.fullmatch(re.split(r"[.\[]", f, maxsplit=1)[0]) for f in fields):
+        return False
+    return "{{" in template.replace("{{}}", "")  # an empty {{}} is an escaped \boxed{}
+
+
+def check_template(template: str) -> None:
+    """Refuse, once, a template that cannot be parsed: as the format string or the Jinja
+    template `is_jinja` takes it for (each row would fail the same way)."""
+    kind = "Jinja template" if is_jinja(template) else "format string"
+    try:
+        if kind == "format string":
+            list(string.Formatter().parse(template))
+        else:
+            import jinja2
+
+            jinja2.Environment().parse(template)
+    except Exception as err:  # ValueError or Jinja's TemplateSyntaxError
+        raise ValueError(
+            f"task_options.template={template!r} is read as a {kind} and does not parse: "
+            f"{err}; a format string names fields as {{prompt}} and doubles literal braces "
+            f"(\\boxed{{{{12}}}}), a Jinja template writes {{{{ prompt }}}} and single braces "
+            f"(\\boxed{{12}})"
+        ) from None
+
+
+class TemplateFailed(ValueError):
+    """A row's prompt template could not be filled; when every row fails alike, the
+    template is reported once, not once per row."""
 
 
 class DatasetTask(Task):
@@ -135,6 +181,7 @@ class DatasetTask(Task):
         self.eval_fields = (eval_prompt_field or prompt_field, eval_answer_field or answer_field)
         self.verifier = verifier
         self.template = self.default_template if template is None else template
+        check_template(self.template)
         self.seed = seed
         self.dev_size = check_size("dev_size", dev_size)
         self.eval_size = check_size("eval_size", eval_size)
@@ -148,13 +195,18 @@ class DatasetTask(Task):
     def _problems_of(self, source: DataSource, fields: tuple[str, str]) -> list[DataProblem]:
         rows = read_rows(source)
         self._check_columns(source, rows, fields)
-        problems, bad = [], []
+        problems, bad, template_errors = [], [], set()
         for row in rows:
             try:
                 problems.append(self._problem(row, *fields))
+            except TemplateFailed as err:
+                template_errors.add(str(err))
+                bad.append(f"line {row.line}: {err}")
             except ValueError as err:
                 bad.append(f"line {row.line}: {err}")
         self.report[f"bad_rows:{source.describe()}"] = len(bad)
+        if rows and len(bad) == len(rows) and len(template_errors) == 1:
+            raise ValueError(f"{source.describe()}: on every row ({len(rows)}), {bad[0]}")
         if bad:
             listed = "; ".join(bad[:MAX_REPORTED_ROWS])
             more = (
@@ -197,10 +249,15 @@ class DatasetTask(Task):
         columns = {**row.fields, "line": row.line}
         try:
             text = render_template(self.template, prompt, columns)
-        except (KeyError, IndexError, ValueError) as err:
-            raise ValueError(f"template {self.template!r} failed: {err!r}") from None
+        except KeyError as err:
+            raise TemplateFailed(
+                f"template {self.template!r} failed: no column {err.args[0]!r} (the row has "
+                f"{', '.join(dict.fromkeys(['prompt', *columns]))})"
+            ) from None
+        except (IndexError, ValueError) as err:
+            raise TemplateFailed(f"template {self.template!r} failed: {err!r}") from None
         except Exception as err:  # Jinja's errors
-            raise ValueError(f"template {self.template!r} failed: {err}") from None
+            raise TemplateFailed(f"template {self.template!r} failed: {err}") from None
         return DataProblem("", text, reference, f" \\boxed{{{reference}}}", columns)
 
     def _deduplicated(self, problems: list[DataProblem]) -> list[DataProblem]:
