@@ -391,7 +391,9 @@ class _Run:
         written only by a finished run (rlvr compare counts on it)."""
         try:
             self._plot()
-            summary = self._summary(status) if self.evals else {"status": status}
+            summary = (
+                partial(self._summary(status), self.evals) if self.evals else {"status": status}
+            )
             _write_atomic(self.out / "summary.partial.json", json.dumps(summary, indent=2))
         except Exception as err:
             print(f"rlvr: warning: could not write the partial summary: {err}", file=sys.stderr)
@@ -421,6 +423,18 @@ class _Run:
             "model": {k: v for k, v in trainer.model_info.items() if k != "settings"},
             **code_version(),
         }
+
+
+def partial(summary: dict[str, Any], evals: list[tuple]) -> dict[str, Any]:
+    """A stopped run's summary: no `final` evaluation (the last one may be step 0's, and
+    none follows the last step); an evaluation after step 0 is `last_eval`, with its step
+    and its per-item results (`last_eval_items`)."""
+    out = {k: v for k, v in summary.items() if k not in ("final", "final_eval_items")}
+    step, metrics = evals[-1]
+    if step > 0:
+        out["last_eval"] = {"step": step, **metrics}
+        out["last_eval_items"] = summary.get("final_eval_items", [])
+    return out
 
 
 def _finite(model: torch.nn.Module) -> bool:
