@@ -30,6 +30,9 @@ class SamplingParams:
     """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
     max_new_tokens: int = 16
     """A response that has not emitted EOS after this many tokens is truncated."""
+    top_k: int = -1
+    """Keep only the k most probable tokens before top_p (Fan et al., arXiv:1805.04833);
+    -1: no limit. The HF engine applies it; the vLLM engine refuses anything but -1."""
 
     def __post_init__(self) -> None:
         check_int("group_size", self.group_size)
@@ -38,6 +41,8 @@ class SamplingParams:
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         check_int("max_new_tokens", self.max_new_tokens)
+        if self.top_k != -1:
+            check_int("top_k", self.top_k)
 
 
 @dataclass

@@ -47,13 +47,25 @@ def nucleus_log_probs(log_probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return inside - inside.logsumexp(-1, keepdim=True)
 
 
+def top_k_log_probs(log_probs: torch.Tensor, top_k: int) -> torch.Tensor:
+    """log-probs of the distribution top-k sampling draws from: the k most probable
+    tokens renormalised, −inf elsewhere (ties at the k-th value are all kept). (B, V) →
+    (B, V); with top_k = -1 or ≥ V the input itself."""
+    if top_k == -1 or top_k >= log_probs.shape[-1]:
+        return log_probs
+    kth = log_probs.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
+    inside = log_probs.masked_fill(log_probs < kth, float("-inf"))
+    return inside - inside.logsumexp(-1, keepdim=True)
+
+
 def sample_next(
     logits: torch.Tensor, params: SamplingParams, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One sampling step: tokens (B,) drawn from softmax(logits / T) cut to the top-p
-    nucleus and renormalised, and their log-probs (B,) under that same distribution
-    (what TIS must correct toward)."""
+    """One sampling step: tokens (B,) drawn from softmax(logits / T) cut to the top-k
+    tokens, then to the top-p nucleus, renormalised, and their log-probs (B,) under that
+    same distribution (what TIS must correct toward)."""
     log_probs = (logits / params.temperature).log_softmax(-1)  # (B, V)
+    log_probs = top_k_log_probs(log_probs, params.top_k)
     log_probs = nucleus_log_probs(log_probs, params.top_p)
     token = torch.multinomial(log_probs.exp().to(generator.device), 1, generator=generator)
     token = token.to(logits.device)  # (B, 1)

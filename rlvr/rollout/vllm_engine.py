@@ -148,6 +148,10 @@ class VLLMEngine(TextPrompts):
     def generate_ids(
         self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator
     ) -> Generation:
+        if params.top_k != -1:
+            raise ValueError(
+                f"top_k={params.top_k}: rlvr's vLLM engine samples without top-k; use -1"
+            )
         limits = response_limits(map(len, prompts), params.max_new_tokens, self.context)
         seeds = prompt_seeds(len(prompts), params.group_size, generator)
         self._wake()

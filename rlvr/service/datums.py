@@ -13,21 +13,25 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from rlvr.service.types import Datum
+from rlvr.service.types import Datum, ModelInput
 
 INTEGER_INPUTS = ("target_tokens",)
+IGNORE_TARGET = -100
+"""A target that no loss reads (PyTorch's `ignore_index`, the remote APIs' convention)."""
 BINARY_INPUTS = ("response_mask",)
 # The Tinker SDK's names for an input rlvr names otherwise (same meaning, same values).
 SDK_NAMES = {"sequence_ratio_mask": "response_mask"}
 
 
 class Batch(NamedTuple):
-    """B datums, N = the longest model_input; padding is 0 everywhere and out of `mask`."""
+    """B datums, N = the longest model_input; padding is 0 everywhere and out of `mask`.
+    A target of -100 is stored as token 0 and is out of `active`."""
 
     input_ids: list[list[int]]  # (B) model_input tokens, unpadded
     target_tokens: torch.Tensor  # (B, N) long
     inputs: dict[str, torch.Tensor]  # name → (B, N) float32, the other loss_fn_inputs
     mask: torch.Tensor  # (B, N) float32: 1 on each datum's own positions
+    active: torch.Tensor  # (B, N) float32: `mask` and a target other than -100
 
 
 def as_tensor(value: Any, what: str) -> torch.Tensor:
@@ -47,14 +51,26 @@ def as_tensor(value: Any, what: str) -> torch.Tensor:
     return tensor.detach().cpu()
 
 
-def pack(datums: Sequence[Datum], required: Sequence[str], vocab_size: int, loss_fn: str) -> Batch:
+def pack(
+    datums: Sequence[Datum],
+    required: Sequence[str],
+    vocab_size: int,
+    loss_fn: str,
+    max_len: int | None = None,
+) -> Batch:
     """Check that each datum holds exactly the `required` inputs, one per model_input
-    position, finite, with token ids in [0, vocab_size); pack them into a `Batch`."""
+    position, finite, with token ids in [0, vocab_size) (targets may also be -100) and at
+    most `max_len` tokens (the model's context; None: no limit); pack them into a `Batch`."""
     if not datums:
         raise ValueError(f"forward_backward(loss_fn={loss_fn!r}) needs at least one Datum")
     rows, columns = [], {name: [] for name in required}
     for i, datum in enumerate(datums):
         tokens = _model_input(datum, i, vocab_size)
+        if max_len is not None and len(tokens) > max_len:
+            raise ValueError(
+                f"datum {i}: model_input has {len(tokens)} tokens, more than the model's "
+                f"context of {max_len} positions"
+            )
         given = {SDK_NAMES.get(k, k): v for k, v in datum.loss_fn_inputs.items()}
         if len(given) < len(datum.loss_fn_inputs):
             raise ValueError(
@@ -83,7 +99,10 @@ def pack(datums: Sequence[Datum], required: Sequence[str], vocab_size: int, loss
         mask[b, : len(tokens)] = 1.0
     padded = {name: _pad(values, width) for name, values in columns.items()}
     targets = padded.pop("target_tokens").long()
-    return Batch(rows, targets, {k: v.float() for k, v in padded.items()}, mask)
+    ignored = targets == IGNORE_TARGET
+    active = mask * (~ignored).float()
+    targets = targets.masked_fill(ignored, 0)
+    return Batch(rows, targets, {k: v.float() for k, v in padded.items()}, mask, active)
 
 
 def _model_input(datum: Datum, index: int, vocab_size: int) -> list[int]:
@@ -94,7 +113,10 @@ def _model_input(datum: Datum, index: int, vocab_size: int) -> list[int]:
             f"datum {index} must be a Datum(model_input=ModelInput.from_ints(...), "
             f"loss_fn_inputs={{...}}), got {type(datum).__name__}"
         )
-    tokens = [int(t) for t in model_input.to_ints()]
+    try:
+        tokens = list(ModelInput(model_input.to_ints()).tokens)  # integers only (F19)
+    except ValueError as err:
+        raise ValueError(f"datum {index}: {err}") from None
     if not tokens:
         raise ValueError(f"datum {index}: model_input is empty; it needs at least one token")
     bad = [t for t in tokens if not 0 <= t < vocab_size]
@@ -110,10 +132,11 @@ def _checked(values: torch.Tensor, what: str, name: str, vocab_size: int) -> tor
         if values.is_floating_point() and not bool((values == values.round()).all()):
             raise ValueError(f"{what} must hold integer token ids, got {values.tolist()[:8]}")
         values = values.long()
-        bad = values[(values < 0) | (values >= vocab_size)]
+        bad = values[((values < 0) | (values >= vocab_size)) & (values != IGNORE_TARGET)]
         if len(bad):
             raise ValueError(
-                f"{what} holds token {int(bad[0])}, outside the vocabulary [0, {vocab_size})"
+                f"{what} holds token {int(bad[0])}, outside the vocabulary [0, {vocab_size}) "
+                f"(or {IGNORE_TARGET}: a position no loss reads)"
             )
         return values
     values = values.double()

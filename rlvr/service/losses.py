@@ -3,7 +3,14 @@
 Every loss is a SUM over tokens and datums, with no normalisation, as in the remote
 training APIs: to train with one of rlvr's aggregations, fold its weights into the
 advantages (Â_{i,t}·w_{i,t}, `rlvr.algo.aggregation.aggregation_weights`); every
-surrogate here is positively homogeneous in Â, so that is exactly rlvr's loss.
+surrogate here is positively homogeneous in Â, so that is exactly rlvr's loss. A sum is
+also what the PyTRIO SDK's `forward_backward_custom` assumes: it sends the custom loss as
+cross_entropy with weights −∂loss/∂logπ, whose gradient is the custom loss's only if
+cross_entropy is Σ w·(−log π). The SDK's `gradient_accumulation` totals are therefore
+not used as divisors; `token_count` (the positions the SDK counts as active) is reported
+so that `loss_mean = loss_sum / token_count` (docs/service.md, "Losses").
+
+A target of -100 is no position of any loss (nor of `token_count`).
 
 | loss_fn               | loss_fn_inputs                           | rlvr function         |
 |-----------------------|------------------------------------------|-----------------------|
@@ -70,7 +77,8 @@ API_LOSSES = {
 }
 
 
-# The Tinker service's own losses, whose formulas the SDK does not publish.
+# The remote services' own losses, whose formulas their SDKs do not publish (Tinker's
+# stable_reinforce; PyTRIO's and Tinker's dro).
 SERVICE_ONLY = ("stable_reinforce", "dro")
 
 
@@ -80,7 +88,7 @@ def loss_spec(loss_fn: str) -> LossSpec:
         return API_LOSSES[loss_fn]
     if loss_fn in SERVICE_ONLY:
         raise ValueError(
-            f"loss_fn={loss_fn!r} is computed on the Tinker service and its formula is not "
+            f"loss_fn={loss_fn!r} is computed on the remote service and its formula is not "
             f"published, so rlvr.service does not have it; choose one of: {', '.join(API_LOSSES)}"
         )
     defaults = {f.name: f.default for f in fields(Params) if f.name in RLVR_PARAMS}
@@ -121,16 +129,27 @@ def surrogate_params(loss_fn: str, config: dict[str, Any] | None) -> Params:
     return Params(**values)
 
 
+def token_count(loss_fn: str, batch: Batch) -> int:
+    """The positions a loss sums over, as the PyTRIO SDK counts its active tokens:
+    cross_entropy, those with weight ≠ 0; any other loss, every position; never a -100
+    target or padding."""
+    active = batch.active
+    if loss_fn == "cross_entropy":
+        active = active * (batch.inputs["weights"] != 0).float()
+    return int(active.sum())
+
+
 def compute_loss(
     loss_fn: str, logprobs: torch.Tensor, batch: Batch, params: Params
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss to differentiate, the loss's reported value), both Σ over every position.
+    """(loss to differentiate, the loss's reported value), both Σ over every active
+    position (`batch.active`: not padding, not a -100 target).
 
     `logprobs` (B, N) are log π(target_tokens) with gradient, 0 on padding. The two agree
     except for importance_sampling, whose reported value is the remote API's −Σ ρ·Â while
     the backward runs on rlvr's `reinforce` −Σ sg(ρ)·Â·logπ: same gradient, ρ·Â·∇logπ.
     """
-    mask = batch.mask.to(logprobs.device)
+    mask = batch.active.to(logprobs.device)
     inputs = {k: v.to(logprobs.device) for k, v in batch.inputs.items()}
     if loss_fn == "cross_entropy":
         loss = aggregate(-logprobs, inputs["weights"] * mask)

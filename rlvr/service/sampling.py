@@ -1,17 +1,18 @@
 """`SamplingClient`: samples continuations with rlvr's HF engine and scores sequences.
 
-A sampling client made by `TrainingClient.save_weights_and_get_sampling_client` shares the
-trainer's module (no copy of the weights), so it samples from the weights as they were
-when it was made only until the next `optim_step` or `load_state`. The remote APIs keep a
-snapshot; here a stale client refuses to sample (`StaleWeightsError`) instead of silently
-sampling from newer weights: call `save_weights_and_get_sampling_client` again after each
-step. A client made by `ServiceClient.create_sampling_client(path)` owns its weights and
-never goes stale.
+A sampling client made by `TrainingClient.save_weights_and_get_sampling_client` keeps the
+weights of the step it was made at (snapshots.py): it samples from them after later
+`optim_step`s too, as the remote APIs' samplers do (with vLLM, which holds its own copy of
+the weights, an older step's sampler refuses instead: `StaleWeightsError`). A client made
+by `ServiceClient.create_sampling_client(path)` owns its weights. Every draw holds the
+model's lock, so training calls from other threads wait for it (security audit F14).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import threading
 from collections.abc import Callable, Sequence
 
 import torch
@@ -24,6 +25,7 @@ from rlvr.rollout.base import SamplingParams as EngineParams
 from rlvr.rollout.stops import stop_end
 from rlvr.service import episodes
 from rlvr.service.episodes import EpisodeResponse
+from rlvr.service.snapshots import StaleWeightsError, locked
 from rlvr.service.types import (
     APIFuture,
     CompletedClient,
@@ -35,25 +37,29 @@ from rlvr.service.types import (
 )
 
 SEQUENCE_IDS = itertools.count()  # one process is one session: ids distinct within it
+MAX_SAMPLES = 1024
+MAX_SAMPLED_TOKENS = 1 << 21  # num_samples × max_tokens in one call (F19: no 66 GB try)
 
-
-class StaleWeightsError(RuntimeError):
-    """A sampling client was used after the training client's weights moved on."""
+__all__ = ["SamplingClient", "StaleWeightsError"]
 
 
 class SamplingClient(CompletedClient):
-    """Samples from a policy module; `staleness()` says why it may not (None: it may)."""
+    """Samples from a policy module; every draw runs inside `weights()`, which holds the
+    model's lock and puts this sampler's weights in place (snapshots.py)."""
 
     def __init__(
         self,
         engine: RolloutEngine,
         logprobs_of: Callable[[ModelInput], list[float | None]],
         seed: int = 0,
-        staleness: Callable[[], str | None] = lambda: None,
+        weights: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
+        vocab_size: int | None = None,
     ) -> None:
         self.engine = engine
         self._logprobs_of = logprobs_of
-        self._staleness = staleness
+        self._weights = weights or locked(threading.RLock())
+        self.vocab_size = vocab_size or engine.tokenizer.vocab_size
+        self.seed = seed
         self.generator = torch.Generator().manual_seed(seed)
 
     def get_tokenizer(self) -> Tokenizer:
@@ -63,13 +69,14 @@ class SamplingClient(CompletedClient):
         self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams
     ) -> APIFuture[SampleResponse]:
         """`num_samples` continuations of `prompt`, each with its tokens (EOS or the stop
-        token included) and their sampler log-probs."""
-        self._check_fresh()
+        token included), their sampler log-probs and their text (special tokens left out)."""
         sampling_params = from_sdk(SamplingParams, sampling_params, "sample")
         params = _engine_params(num_samples, sampling_params)
         generator = self._generator(sampling_params)
-        tokens = _prompt_tokens(prompt, self.engine.tokenizer.vocab_size)
-        gen = self.engine.generate_ids([tokens], params, generator)
+        tokens = _prompt_tokens(prompt, self.vocab_size)
+        with self._weights():
+            gen = self.engine.generate_ids([tokens], params, generator)
+        tokenizer = self.engine.tokenizer
         sequences = []
         for row in range(len(gen.texts)):
             n = int(gen.response_mask[row].sum())
@@ -79,7 +86,9 @@ class SamplingClient(CompletedClient):
                 stop_reason="length" if bool(gen.truncated[row]) else "stop",
                 sequence_id=f"seq-{next(SEQUENCE_IDS)}",
             )
-            sequences.append(_apply_stop(seq, sampling_params.stop, self.engine.tokenizer))
+            seq = _apply_stop(seq, sampling_params.stop, tokenizer)
+            seq.text = tokenizer.decode(seq.tokens, skip_special=True)
+            sequences.append(seq)
         return APIFuture(SampleResponse(sequences))
 
     def sample_episodes(
@@ -94,7 +103,6 @@ class SamplingClient(CompletedClient):
         `environment()`: rlvr's episode loop, so each trajectory is the trainer's record
         (service/episodes.py). `sampling_params.max_tokens` bounds the whole trajectory,
         policy and observation tokens together; turns end at the environment's stop strings."""
-        self._check_fresh()
         sampling_params = from_sdk(SamplingParams, sampling_params, "sample_episodes")
         if sampling_params.stop:
             raise ValueError(
@@ -102,12 +110,14 @@ class SamplingClient(CompletedClient):
                 "effect; an episode's turns end at its environment's `stop` strings"
             )
         params = _engine_params(num_samples, sampling_params)
-        tokens = _prompt_tokens(prompt, self.engine.tokenizer.vocab_size)
+        tokens = _prompt_tokens(prompt, self.vocab_size)
         generator = self._generator(sampling_params)
         budgets = budgets or EpisodeBudgets()
-        return APIFuture(
-            episodes.run(self.engine, tokens, num_samples, params, environment, budgets, generator)
-        )
+        with self._weights():
+            response = episodes.run(
+                self.engine, tokens, num_samples, params, environment, budgets, generator
+            )
+        return APIFuture(response)
 
     def _generator(self, sampling_params: SamplingParams) -> torch.Generator:
         if sampling_params.seed is None:
@@ -121,28 +131,30 @@ class SamplingClient(CompletedClient):
 
     def compute_logprobs(self, prompt: ModelInput) -> APIFuture[list[float | None]]:
         """log π(token_i | tokens_<i) of each token of `prompt`; None for the first."""
-        self._check_fresh()
-        _prompt_tokens(prompt, self.engine.tokenizer.vocab_size)
-        return APIFuture(self._logprobs_of(prompt))
+        _prompt_tokens(prompt, self.vocab_size)
+        with self._weights():
+            return APIFuture(self._logprobs_of(prompt))
 
     async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
         return self.compute_logprobs(prompt).result()
-
-    def _check_fresh(self) -> None:
-        reason = self._staleness()
-        if reason:
-            raise StaleWeightsError(reason)
 
 
 def _engine_params(num_samples: int, params: SamplingParams) -> EngineParams:
     for name, value in (("num_samples", num_samples), ("max_tokens", params.max_tokens)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}={value!r} is not valid; it must be an integer >= 1")
+    if num_samples > MAX_SAMPLES or num_samples * params.max_tokens > MAX_SAMPLED_TOKENS:
+        raise ValueError(
+            f"num_samples={num_samples} × max_tokens={params.max_tokens} is too much for one "
+            f"call: at most {MAX_SAMPLES} samples and {MAX_SAMPLED_TOKENS} tokens in all; "
+            "split it into several calls"
+        )
     return EngineParams(
         group_size=num_samples,
         temperature=params.temperature,
         top_p=params.top_p,
         max_new_tokens=params.max_tokens,
+        top_k=params.top_k,
     )
 
 
@@ -151,7 +163,7 @@ def _prompt_tokens(prompt: ModelInput, vocab_size: int) -> list[int]:
         raise ValueError(
             f"prompt must be a ModelInput (ModelInput.from_ints(tokens)), got {prompt!r:.60}"
         )
-    tokens = [int(t) for t in prompt.to_ints()]
+    tokens = list(ModelInput(prompt.to_ints()).tokens)  # integers only (F19)
     if not tokens:
         raise ValueError("prompt is empty; it needs at least one token")
     bad = [t for t in tokens if not 0 <= t < vocab_size]

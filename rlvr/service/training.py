@@ -5,10 +5,16 @@ A datum's log-probs come from rlvr's trainer forward (`rlvr.models.logprobs`: th
 backbone, then the float32 LM head at temperature 1), the same computation the built-in
 loop differentiates. Gradients accumulate over `forward_backward` calls until
 `optim_step`, which applies them with AdamW and clears them.
+
+Every call that reads or changes the weights holds the client's lock (shared with the
+samplers made from it), so calls from several threads run one at a time instead of
+corrupting each other (security audit F14). Saves go through saves.py (inside the root,
+atomic, never over what is not a save) and are named in the root's registry.py.
 """
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,16 +22,20 @@ from typing import Any
 
 import torch
 
+from rlvr.models.context import context_length
 from rlvr.models.hf_policy import lora_layers, save_kwargs
 from rlvr.models.logprobs import head_logprobs, response_hidden
-from rlvr.models.policy_options import LoraOptions
 from rlvr.models.quiet import quiet_transformers
 from rlvr.models.tokenizer import Tokenizer
 from rlvr.rollout.base import RolloutEngine
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.service.datums import Batch, pack
-from rlvr.service.losses import compute_loss, loss_spec, surrogate_params
+from rlvr.service.lora import LoraShape
+from rlvr.service.losses import compute_loss, loss_spec, surrogate_params, token_count
+from rlvr.service.registry import CheckpointRegistry, is_uri
 from rlvr.service.sampling import SamplingClient
+from rlvr.service.saves import save_path, write_save
+from rlvr.service.snapshots import WeightsSnapshot, snapshot_weights
 from rlvr.service.types import (
     AdamParams,
     APIFuture,
@@ -58,19 +68,27 @@ class TrainingClient(CompletedClient):
         seed: int = 0,
         engine: RolloutEngine | None = None,
         base_model: str | None = None,
-        lora: LoraOptions | None = None,
+        lora: LoraShape | None = None,
+        absolute_saves: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.root = Path(root)
         self.seed = seed
         self.base_model, self.lora = base_model, lora  # saved with the state, to rebuild it
+        self.absolute_saves = absolute_saves
         self.step = 0  # optimizer steps taken
         self.version = 0  # bumped whenever the weights change (optim_step, load_state)
         self.trainable = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.trainable, lr=0.0, weight_decay=0.0)
         self.engine = engine or HFEngine(model, tokenizer)
+        self.lock = threading.RLock()
+        # Token ids must index the model's embedding, which a reloaded tokenizer can
+        # outgrow (transformers 5 adds <|endoftext|>: len 321 on a 320-row model).
+        self.vocab_size = min(tokenizer.vocab_size, model.get_input_embeddings().num_embeddings)
+        self.context = context_length(model)
         self._synced_version = 0  # the weights version a vLLM engine holds
+        self._snapshot: WeightsSnapshot | None = None  # of the current version, shared
         self._samplers = 0
         self._ttl_warned = False
 
@@ -83,7 +101,7 @@ class TrainingClient(CompletedClient):
         self, datums: Sequence[Datum], loss_fn: str, loss_fn_config: dict | None = None
     ) -> APIFuture[ForwardBackwardOutput]:
         """The loss and log-probs of `datums`, with no gradient."""
-        with torch.no_grad():
+        with self.lock, torch.no_grad():
             return APIFuture(self._loss(datums, loss_fn, loss_fn_config, backward=False))
 
     def forward_backward(
@@ -91,35 +109,45 @@ class TrainingClient(CompletedClient):
     ) -> APIFuture[ForwardBackwardOutput]:
         """Add ∇(Σ loss over every position of every datum) to the gradients; no mean is
         taken (losses.py says how to get rlvr's aggregations)."""
-        return APIFuture(self._loss(datums, loss_fn, loss_fn_config, backward=True))
+        with self.lock:
+            return APIFuture(self._loss(datums, loss_fn, loss_fn_config, backward=True))
 
     def forward_backward_custom(
         self, datums: Sequence[Datum], loss_fn: CustomLoss
     ) -> APIFuture[ForwardBackwardOutput]:
         """`loss_fn(datums, logprobs)` gets one (N_i,) tensor of log π(target_tokens) per
         datum, with gradient, and returns (loss, metrics); its gradient is accumulated."""
-        batch = pack(datums, ("target_tokens",), self.tokenizer.vocab_size, "custom")
-        logprobs = self._target_logprobs(batch)
-        per_datum = [logprobs[b, : len(row)] for b, row in enumerate(batch.input_ids)]
-        loss, metrics = loss_fn(list(datums), per_datum)
-        if not (torch.is_tensor(loss) and loss.dim() == 0 and loss.requires_grad):
-            raise ValueError(
-                "forward_backward_custom: loss_fn must return (a scalar tensor that depends on "
-                f"the log-probs, metrics dict), got {type(loss).__name__} {loss!r:.60}"
-            )
-        loss.backward()
-        metrics = {"loss:sum": float(loss.detach()), **{k: float(v) for k, v in metrics.items()}}
-        return APIFuture(ForwardBackwardOutput(_outputs(logprobs, batch), metrics))
+        with self.lock:
+            batch = self._pack(datums, ("target_tokens",), "custom")
+            logprobs = self._target_logprobs(batch)
+            per_datum = [logprobs[b, : len(row)] for b, row in enumerate(batch.input_ids)]
+            loss, metrics = loss_fn(list(datums), per_datum)
+            if not (torch.is_tensor(loss) and loss.dim() == 0 and loss.requires_grad):
+                raise ValueError(
+                    "forward_backward_custom: loss_fn must return (a scalar tensor that depends "
+                    f"on the log-probs, metrics dict), got {type(loss).__name__} {loss!r:.60}"
+                )
+            loss.backward()
+            count = int(batch.active.sum())
+            metrics = {
+                **loss_metrics(float(loss.detach()), count),
+                **{k: float(v) for k, v in metrics.items()},
+            }
+            return APIFuture(ForwardBackwardOutput(_outputs(logprobs, batch), metrics))
 
     def _loss(self, datums, loss_fn, loss_fn_config, backward: bool) -> ForwardBackwardOutput:
         spec = loss_spec(loss_fn)
         params = surrogate_params(loss_fn, loss_fn_config)
-        batch = pack(datums, spec.inputs, self.tokenizer.vocab_size, loss_fn)
+        batch = self._pack(datums, spec.inputs, loss_fn)
         logprobs = self._target_logprobs(batch)
         loss, value = compute_loss(loss_fn, logprobs, batch, params)
         if backward:
             loss.backward()
-        return ForwardBackwardOutput(_outputs(logprobs, batch), {"loss:sum": float(value)})
+        metrics = loss_metrics(float(value), token_count(loss_fn, batch))
+        return ForwardBackwardOutput(_outputs(logprobs, batch), metrics)
+
+    def _pack(self, datums: Sequence[Datum], inputs: Sequence[str], loss_fn: str) -> Batch:
+        return pack(datums, inputs, self.vocab_size, loss_fn, self.context)
 
     def _target_logprobs(self, batch: Batch) -> torch.Tensor:
         """log π(target_tokens[i] | model_input[: i + 1]) (B, N), 0 on padding.
@@ -137,7 +165,7 @@ class TrainingClient(CompletedClient):
         hidden = response_hidden(self.model, prompts, response, batch.mask, pad)  # (B, N, H)
         targets = batch.target_tokens.to(hidden.device)
         (logprobs,) = head_logprobs(self.model, hidden, targets, 1.0, fp32_head=True)
-        valid = batch.mask.to(logprobs.device) > 0
+        valid = batch.active.to(logprobs.device) > 0
         return torch.where(valid, logprobs, torch.zeros_like(logprobs))
 
     def compute_logprobs(self, prompt: ModelInput) -> list[float | None]:
@@ -146,8 +174,8 @@ class TrainingClient(CompletedClient):
         if len(tokens) < 2:
             return [None] * len(tokens)
         datum = Datum(ModelInput.from_ints(tokens[:-1]), {"target_tokens": tokens[1:]})
-        batch = pack([datum], ("target_tokens",), self.tokenizer.vocab_size, "compute_logprobs")
-        with torch.no_grad():
+        with self.lock, torch.no_grad():
+            batch = self._pack([datum], ("target_tokens",), "compute_logprobs")
             logprobs = self._target_logprobs(batch)[0].tolist()
         return [None, *logprobs]
 
@@ -156,6 +184,10 @@ class TrainingClient(CompletedClient):
     def optim_step(self, adam_params: AdamParams) -> APIFuture[OptimStepResponse]:
         """One AdamW step with the accumulated gradients, which are then cleared."""
         adam_params = from_sdk(AdamParams, adam_params, "optim_step")
+        with self.lock:
+            return APIFuture(OptimStepResponse(self._optim_step(adam_params)))
+
+    def _optim_step(self, adam_params: AdamParams) -> dict[str, float]:
         for group in self.optimizer.param_groups:
             group.update(
                 lr=adam_params.learning_rate,
@@ -169,9 +201,7 @@ class TrainingClient(CompletedClient):
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.version += 1
-        return APIFuture(
-            OptimStepResponse({"optim/grad_norm": float(grad_norm), "optim/step": self.step})
-        )
+        return {"optim/grad_norm": float(grad_norm), "optim/step": self.step}
 
     # Weights for sampling, and state ---------------------------------------------------
 
@@ -182,8 +212,8 @@ class TrainingClient(CompletedClient):
         record_stability_info: bool = False,
         kind: str = "snapshot",
     ) -> SamplingClient:
-        """A sampling client of the current weights (shared, not copied: it goes stale at
-        the next optim_step or load_state; sampling.py). The SDK's `record_stability_info`
+        """A sampling client of the current weights, which it keeps after later steps
+        (snapshots.py; in memory, nothing written). The SDK's `record_stability_info`
         serves its `stable_reinforce` loss, which is not here, so only False is valid; its
         `kind="inflight"` (weights that follow training) is refused too."""
         if record_stability_info:
@@ -197,61 +227,87 @@ class TrainingClient(CompletedClient):
                 f"save_weights_and_get_sampling_client(kind={kind!r}) cannot take effect: a "
                 "local sampler holds the weights of the step it was made at; use 'snapshot'"
             )
-        version, label = self.version, name or f"step-{self.step}"
-        self._samplers += 1
-        if hasattr(self.engine, "sync_weights") and self._synced_version != version:
-            self.engine.sync_weights()  # vLLM holds its own copy: push the current weights
-            self._synced_version = version
+        with self.lock:
+            version, step, label = self.version, self.step, name or f"step-{self.step}"
+            self._samplers += 1
+            swappable = isinstance(self.engine, HFEngine)  # it reads the module's weights
+            if not swappable and self._synced_version != version:
+                self.engine.sync_weights()  # vLLM holds its own copy: push the current weights
+                self._synced_version = version
+            if self._snapshot is None or self._snapshot.version != version:
+                self._snapshot = WeightsSnapshot(self.model, version)
+            seed = self.seed + 7919 * self._samplers  # each sampler its own random stream
 
-        def staleness() -> str | None:
-            if self.version == version:
-                return None
+        def stale() -> str:
             return (
-                f"SamplingClient {label!r} holds the weights of optimizer step {version} "
-                f"but the TrainingClient has moved on to step {self.step}; get a fresh one "
-                "with training_client.save_weights_and_get_sampling_client() after each step"
+                f"SamplingClient {label!r} holds the weights of optimizer step {step} but the "
+                f"TrainingClient has moved on to step {self.step}, and its vLLM engine cannot "
+                "take them back; get a fresh one with "
+                "training_client.save_weights_and_get_sampling_client() after each step"
             )
 
-        seed = self.seed + 7919 * self._samplers  # each sampler its own random stream
-        return SamplingClient(self.engine, self.compute_logprobs, seed, staleness)
+        weights = snapshot_weights(
+            self.lock, self.model, self._snapshot, lambda: self.version, stale, swappable
+        )
+        return SamplingClient(self.engine, self.compute_logprobs, seed, weights, self.vocab_size)
 
     def save_weights_for_sampler(
-        self, name: str, ttl_seconds: int | None = None
+        self, name: str, ttl_seconds: int | None = None, overwrite: bool = False
     ) -> APIFuture[SaveWeightsResponse]:
-        """The current weights (LoRA merged) as a Hugging Face directory root/name,
-        loadable by `ServiceClient.create_sampling_client(path)` or `from_pretrained`."""
+        """The current weights (LoRA merged) as a Hugging Face directory root/name/sampler,
+        loadable by `ServiceClient.create_sampling_client(path or uri)` or
+        `from_pretrained`. `overwrite=False` refuses an existing save of that name."""
         self._check_ttl(ttl_seconds)
-        path = self._path(name)
-        with quiet_transformers():
-            self.model.save_pretrained(path, **save_kwargs(self.model))
-        self.tokenizer.save(path)
-        return APIFuture(SaveWeightsResponse(str(path)))
+
+        def write(directory: Path) -> None:
+            with quiet_transformers():
+                self.model.save_pretrained(directory, **save_kwargs(self.model))
+            self.tokenizer.save(directory)
+
+        with self.lock:
+            return APIFuture(self._save(name, "sampler", write, overwrite))
 
     def save_state(
         self, name: str, ttl_seconds: int | None = None, overwrite: bool = False
     ) -> APIFuture[SaveWeightsResponse]:
         """Weights (LoRA: the adapter too), optimizer state, step, sampler count, base model
-        and LoRA shape in root/name, written as rlvr's own checkpoints are
-        (`rlvr.train.checkpoints.checkpoint`). `overwrite=False` refuses an existing directory."""
+        and LoRA shape in root/name/state, written as rlvr's own checkpoints are
+        (`rlvr.train.checkpoints.checkpoint`). `overwrite=False` refuses an existing save."""
         self._check_ttl(ttl_seconds)
-        path = self._path(name)
-        if not overwrite and path.exists():
-            raise ValueError(f"save_state: {str(path)!r} exists; pass overwrite=True to replace it")
-        # The sampler count seeds the next sampler: saved, so a resumed script samples
-        # what the uninterrupted one would have.
-        state = {
-            "step": self.step,
-            "optimizer": self.optimizer.state_dict(),
-            "samplers": self._samplers,
-            "base_model": self.base_model,
-            "lora": None if self.lora is None else (self.lora.rank, self.lora.alpha),
-        }
-        path = save_checkpoint(path, self.model, self.tokenizer, state)
-        return APIFuture(SaveWeightsResponse(str(path)))
+        with self.lock:
+            # The sampler count seeds the next sampler: saved, so a resumed script samples
+            # what the uninterrupted one would have.
+            state = {
+                "step": self.step,
+                "optimizer": self.optimizer.state_dict(),
+                "samplers": self._samplers,
+                "base_model": self.base_model,
+                "lora": None if self.lora is None else self.lora.record(),
+            }
+
+            def write(directory: Path) -> None:
+                save_checkpoint(directory / "checkpoint", self.model, self.tokenizer, state)
+                for item in (directory / "checkpoint").iterdir():  # one directory, no nesting
+                    item.rename(directory / item.name)
+                (directory / "checkpoint").rmdir()
+
+            return APIFuture(self._save(name, "state", write, overwrite))
+
+    def _save(self, name: str, kind: str, write, overwrite: bool) -> SaveWeightsResponse:
+        what = "save_state" if kind == "state" else "save_weights_for_sampler"
+        path = write_save(
+            save_path(self.root, name, self.absolute_saves) / kind, kind, write, overwrite, what
+        )
+        uri = ""
+        if path.resolve().is_relative_to(self.root.resolve()):
+            lora = None if self.lora is None else self.lora.record()
+            uri = CheckpointRegistry(self.root).register(path, kind, self.base_model, lora)
+        return SaveWeightsResponse(str(path), uri)
 
     def load_state(self, path: str | Path) -> APIFuture[None]:
-        """Continue from `save_state`'s directory with its weights, step and sampler count
-        but a fresh optimizer (Adam's moments reset), as the remote API's `load_state`."""
+        """Continue from `save_state`'s directory (or its registry URI) with its weights,
+        step and sampler count but a fresh optimizer (Adam's moments reset), as the remote
+        API's `load_state`."""
         return APIFuture(self._load(path, optimizer=False))
 
     def load_state_with_optimizer(self, path: str | Path) -> APIFuture[None]:
@@ -259,15 +315,17 @@ class TrainingClient(CompletedClient):
         return APIFuture(self._load(path, optimizer=True))
 
     def _load(self, path: str | Path, optimizer: bool) -> None:
+        path = state_path(self.root, path)
         state = read_state(path)
-        load_policy_weights(self.model, Path(path))
-        if optimizer:
-            self.optimizer.load_state_dict(state["optimizer"])
-        else:
-            self.optimizer = torch.optim.AdamW(self.trainable, lr=0.0, weight_decay=0.0)
-        self.step = int(state["step"])
-        self._samplers = int(state.get("samplers", self._samplers))
-        self.version += 1
+        with self.lock:
+            load_policy_weights(self.model, Path(path))
+            if optimizer:
+                self.optimizer.load_state_dict(state["optimizer"])
+            else:
+                self.optimizer = torch.optim.AdamW(self.trainable, lr=0.0, weight_decay=0.0)
+            self.step = int(state["step"])
+            self._samplers = int(state.get("samplers", self._samplers))
+            self.version += 1
 
     def _check_ttl(self, ttl_seconds: int | None) -> None:
         if ttl_seconds is not None and not self._ttl_warned:
@@ -277,11 +335,6 @@ class TrainingClient(CompletedClient):
                 "directories that stay until you delete them",
                 stacklevel=3,
             )
-
-    def _path(self, name: str) -> Path:
-        if not isinstance(name, str) or not name or name.startswith("."):
-            raise ValueError(f"name={name!r} must be a non-empty directory name or path")
-        return Path(name) if Path(name).is_absolute() else self.root / name
 
     @property
     def is_lora(self) -> bool:
@@ -315,6 +368,19 @@ class TrainingClient(CompletedClient):
 
     async def save_weights_for_sampler_async(self, *args: Any, **kwargs: Any) -> APIFuture:
         return self.save_weights_for_sampler(*args, **kwargs)
+
+
+def state_path(root: Path, path: str | Path) -> Path:
+    """A state's directory: `path` itself, or what the root's registry names by a URI."""
+    if is_uri(path):
+        return Path(CheckpointRegistry(root).resolve(str(path), "state")["path"])
+    return Path(path)
+
+
+def loss_metrics(loss_sum: float, count: int) -> dict[str, float]:
+    """A loss's metrics under both SDKs' names (ForwardBackwardOutput)."""
+    mean = loss_sum / count if count > 0 else 0.0
+    return {"loss:sum": loss_sum, "loss_sum": loss_sum, "loss_mean": mean, "token_count": count}
 
 
 def read_state(path: str | Path) -> dict[str, Any]:

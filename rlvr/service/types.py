@@ -73,7 +73,7 @@ class ModelInput:
     def __init__(self, tokens: Sequence[int] = (), chunks: Sequence[Any] | None = None) -> None:
         if chunks is not None:
             tokens = [t for chunk in chunks for t in _chunk_tokens(chunk)]
-        object.__setattr__(self, "tokens", tuple(int(t) for t in tokens))
+        object.__setattr__(self, "tokens", tuple(token_id(t, i) for i, t in enumerate(tokens)))
 
     @classmethod
     def from_ints(cls, tokens: Sequence[int]) -> ModelInput:
@@ -100,6 +100,17 @@ class ModelInput:
     @property
     def length(self) -> int:
         return len(self.tokens)
+
+
+def token_id(value: Any, index: int) -> int:
+    """`value` as a token id: an integer (Python or numpy), never a bool, float or string,
+    which `int()` would silently turn into some other token (security audit F19)."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise ValueError(
+            f"ModelInput token {index} is {value!r:.40} ({type(value).__name__}); "
+            "token ids must be integers"
+        )
+    return int(value)
 
 
 def _chunk_tokens(chunk: Any) -> Sequence[int]:
@@ -160,7 +171,7 @@ class AdamParams:
 
     def __post_init__(self) -> None:
         checks = {
-            "learning_rate": self.learning_rate >= 0,
+            "learning_rate": 0 <= self.learning_rate <= 1,
             "beta1": 0 <= self.beta1 < 1,
             "beta2": 0 <= self.beta2 < 1,
             "eps": self.eps > 0,
@@ -168,7 +179,7 @@ class AdamParams:
             "grad_clip_norm": self.grad_clip_norm >= 0,
         }
         valid = {
-            "learning_rate": ">= 0",
+            "learning_rate": "in [0, 1] (an Adam step moves each weight by about the rate)",
             "beta1": "in [0, 1)",
             "beta2": "in [0, 1)",
             "eps": "> 0",
@@ -196,13 +207,15 @@ class SamplingParams:
     seed: int | None = None
     """Seeds this call's sampling; None: the sampling client's own generator."""
     top_k: int = -1
-    """The remote API's top-k; rlvr's engines have none, so only -1 (no limit) is valid."""
+    """Sample from the k most probable tokens only (renormalised; the log-probs are of that
+    distribution, as with top_p); -1: no limit. The HF engine only (vLLM: -1)."""
 
     def __post_init__(self) -> None:
-        if self.top_k != -1:
+        top_k = self.top_k
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not (top_k == -1 or top_k >= 1):
             raise ValueError(
-                f"SamplingParams.top_k={self.top_k!r} cannot take effect: rlvr's engines sample "
-                "the full distribution (or a top_p nucleus); use top_k=-1"
+                f"SamplingParams.top_k={top_k!r} is not valid; it must be -1 (no limit) or an "
+                "integer >= 1"
             )
         if self.stop is not None and not isinstance(self.stop, str) and len(self.stop) == 0:
             raise ValueError(
@@ -222,6 +235,8 @@ class SampledSequence:
     """'stop' (EOS or a stop sequence ended it) or 'length' (max_tokens)."""
     sequence_id: str = ""
     """Distinct per sequence within a ServiceClient's session (the Tinker SDK's field)."""
+    text: str = ""
+    """The tokens decoded, special tokens left out (PyTRIO's field)."""
 
 
 @dataclass
@@ -232,7 +247,10 @@ class SampleResponse:
 @dataclass
 class ForwardBackwardOutput:
     """`loss_fn_outputs[i]['logprobs']`: log π(target_tokens) of datum i, one per
-    position (float32, no gradient); `metrics['loss:sum']`: the summed loss."""
+    position (float32, no gradient; 0 where the target is -100). `metrics`: `loss:sum`
+    (the Tinker SDK's name) and `loss_sum` (PyTRIO's), the summed loss; `token_count`, the
+    positions it sums over (losses.py, `token_count`); `loss_mean` = loss_sum / token_count
+    (0 when no position counts)."""
 
     loss_fn_outputs: list[dict[str, TensorData]]
     metrics: dict[str, float]
@@ -245,7 +263,11 @@ class OptimStepResponse:
 
 @dataclass
 class SaveWeightsResponse:
+    """`path`: the directory written; `uri`: its name in the root's checkpoint registry
+    (registry.py), which a later process resolves; empty for a path outside the root."""
+
     path: str
+    uri: str = ""
 
 
 def from_sdk(cls: type[T], value: Any, what: str = "this call") -> T:

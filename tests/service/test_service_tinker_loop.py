@@ -1,7 +1,7 @@
 """The tinker-cookbook's rl_loop, transcribed in tinker_rl_loop.py, runs unmodified against
 the local service through the `tinker` drop-in: two steps on the embedded model, with the
 learning signal plumbed through (finite loss, rewards recorded, a fresh sampler per step,
-the old one refused, LoRA weights moved), and its first step equal to rlvr's own loss.
+the old one still drawing from its own step's weights, LoRA weights moved), and its first step equal to rlvr's own loss.
 
 rl_loop's step is Σ over every response token of importance_sampling with Â_i = r_i −
 mean(r_group): rlvr's `policy_loss` with the `reinforce` surrogate (−sg(ρ)·Â·log π has the
@@ -23,7 +23,7 @@ import torch
 from rlvr.algo.loss import policy_loss
 from rlvr.algo.recipes import Recipe
 from rlvr.models.logprobs import response_logprobs
-from rlvr.service import StaleWeightsError, TrainingClient
+from rlvr.service import TrainingClient
 from rlvr.service.as_tinker import installed
 
 LOOP = Path(__file__).with_name("tinker_rl_loop.py")
@@ -80,17 +80,21 @@ def test_two_steps_plumb_the_learning_signal(run):
     for m in metrics:
         assert 0 < m["reward/total"] < 1 and torch.isfinite(torch.tensor(m["loss:sum"]))
     assert [m["optim/step"] for m in metrics] == [1, 2]
-    # one fresh sampler per step; the first is stale once the weights moved
+    # one fresh sampler per step; the first keeps step 0's weights after both steps: it
+    # scores exactly as a client over the copy taken before step 1 (same weights, same
+    # computation, so to the bit)
     assert len(recorder.samplers) == 2
-    with pytest.raises(StaleWeightsError, match="optimizer step 0"):
-        recorder.samplers[0].compute_logprobs(recorder.datums[0][0][0].model_input)
     client = recorder.clients[-1]
+    prompt = recorder.datums[0][0][0].model_input
+    then = TrainingClient(recorder.before[0], client.tokenizer, root).compute_logprobs(prompt)
+    assert recorder.samplers[0].compute_logprobs(prompt).result() == then
+    assert recorder.samplers[1].compute_logprobs(prompt).result() != then
     assert client.is_lora and client.lora.rank == 32 and client.step == 2
     before = dict(recorder.before[0].named_parameters())
     moved = [n for n, p in client.model.named_parameters() if not torch.equal(p, before[n])]
     assert moved and all("lora_" in n for n in moved)
-    assert (root / "final" / "trainer_state.pt").is_file()  # save_state ("both")
-    assert (root / "final" / "config.json").is_file()  # save_weights_for_sampler
+    assert (root / "final" / "state" / "trainer_state.pt").is_file()  # save_state ("both")
+    assert (root / "final" / "sampler" / "config.json").is_file()  # save_weights_for_sampler
     assert (root / "log" / "checkpoints.jsonl").read_text().count('"name": "final"') == 1
 
 

@@ -81,25 +81,24 @@ class ServiceClient(_client.ServiceClient):
         optimizer: Any = None,
     ) -> TrainingClient:
         """The SDK's LoRA client (its default rank 32; α is rlvr's 32), which is its own
-        completed future (`.result()` returns it). A `seed` other than the ServiceClient's,
-        a `train_*` switch turned off and an optimizer other than AdamW cannot take effect:
-        refused."""
-        if seed is not None and seed != self.seed:
-            raise ValueError(
-                f"create_lora_training_client(seed={seed!r}): the local service seeds from "
-                f"ServiceClient(seed=...) (now {self.seed}); pass it there"
-            )
-        if not (train_mlp and train_attn and train_unembed):
-            raise ValueError(
-                "create_lora_training_client: train_mlp/train_attn/train_unembed=False cannot "
-                "take effect locally; rlvr's LoRA adapts every linear layer"
-            )
+        completed future (`.result()` returns it). `seed` draws the adapters (None: the
+        ServiceClient's); `train_attn`/`train_mlp` choose the layers (`train_unembed`
+        cannot take effect locally and warns, rlvr/service/lora.py); an optimizer other
+        than AdamW is refused."""
         if optimizer is not None and getattr(optimizer, "type", None) != "adamw":
             raise ValueError(
                 f"create_lora_training_client(optimizer={optimizer!r:.60}): the local service "
                 "trains with AdamW only; pass None or AdamOptimizerConfig()"
             )
-        return super().create_lora_training_client(base_model, rank=rank, alpha=32.0)
+        return super().create_lora_training_client(
+            base_model,
+            rank=rank,
+            alpha=32.0,
+            seed=seed,
+            train_attn=train_attn,
+            train_mlp=train_mlp,
+            train_unembed=train_unembed,
+        )
 
     def create_sampling_client(
         self,
