@@ -44,6 +44,11 @@ def explain(step: int, metrics: dict[str, float], recipe: Any, cfg: Any) -> str:
                 else ""
             )
         )
+    if metrics.get("rollout/rejected_token_frac", 0.0) == 1.0:
+        causes.append(
+            "the rollout correction's rejection took out every token (rollout/"
+            "rejected_token_frac = 1); widen [rc_lower, rc_upper] or raise rc_reject_max"
+        )
     if recipe.zero_variance_filter:
         causes.append("the zero-variance filter dropped every group (rewards uniform within each)")
     if not causes:

@@ -189,10 +189,29 @@ def test_gmpo_clamps_log_ratios_at_20():
     assert float(theirs[0]) == pytest.approx(math.exp(12.55), rel=1e-7)
 
 
+def test_clip_cov_clamps_log_ratios_at_20():
+    """Clip-Cov's PPO clip reads the clamped ratio; verl's compute_policy_loss_clip_cov does
+    not clamp. Â = −1, Δ = (25, 0.1), no token in the covariance band (lb, ub) = (100, 200):
+    ℓ = max(−ρÂ, −clip(ρ)Â) = (e^20, e^0.1), token-mean (e^20 + e^0.1)/2; verl's e^25."""
+    logprobs, old, adv, mask = one_response([25.0, 0.1], -1.0)
+    band = {"clip_cov_lb": 100.0, "clip_cov_ub": 200.0}
+    ours = rlvr_loss("clip_cov", logprobs, old, adv, mask, **band)
+    # float64, two terms: relative rounding ~1e-16
+    assert float(ours[0]) == pytest.approx((math.exp(20) + math.exp(0.1)) / 2, rel=1e-12)
+    assert ours[1][0, 0] == 0
+    theirs = peer_loss(
+        lambda lp: verl_b178.compute_policy_loss_clip_cov(
+            old, lp, adv, mask, clip_cov_lb=100.0, clip_cov_ub=200.0
+        ),
+        logprobs,
+    )
+    assert float(theirs[0]) == pytest.approx((math.exp(25) + math.exp(0.1)) / 2, rel=1e-9)
+
+
 def test_kl_cov_clamps_log_ratios_at_20():
     """KL-Cov reads ρ and |Δ| through the same clamp; verl's compute_policy_loss_kl_cov does
-    not. Â = (1, 1)... a response with Δ = (25, 0.1), Â = −1 and cov_ratio 0.5 (one token
-    selected): rlvr ℓ_t = ρ_t + s_t·|Δ_t| with ρ_0 = e^20, |Δ_0| = 20."""
+    not. Δ = (25, 0.1), Â = −1, cov_ratio 0.5 (one token selected, s_t): rlvr
+    ℓ_t = ρ_t + s_t·|Δ_t| with ρ_0 = e^20 and |Δ_0| = 20, token-mean over 2."""
     logprobs, old, adv, mask = one_response([25.0, 0.1], -1.0)
     ours = rlvr_loss("kl_cov", logprobs, old, adv, mask, cov_ratio=0.5)
     selected = kl_cov_selection(token_covariance(adv, logprobs, mask), mask, 0.5)
