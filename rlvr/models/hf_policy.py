@@ -236,6 +236,8 @@ def chat_formatted(
     `tools` (same task object, so reward functions and verifiers are untouched)."""
     if not options.chat_template:
         return task
+    if tools:
+        warn_if_tools_dropped(tokenizer, options, tools)
     original = task.problems
 
     def problems(split: str) -> list:
@@ -246,3 +248,21 @@ def chat_formatted(
 
     task.problems = problems
     return task
+
+
+def warn_if_tools_dropped(tokenizer: Any, options: PolicyOptions, tools: list) -> None:
+    """Warn when the chat template renders a prompt the same with and without `tools=`: it
+    drops their declaration (SmolLM2's does, silently), so the model is never told about
+    them. Unless `policy.system_prompt` names every tool already (the remedy applied)."""
+    probe = "?"
+    if chat_prompt(tokenizer, probe, options, tools) != chat_prompt(tokenizer, probe, options):
+        return
+    names = [t.get("function", t).get("name", "?") for t in tools]
+    if options.system_prompt and all(n in options.system_prompt for n in names):
+        return
+    warnings.warn(
+        f"the chat template ignores tools=: the prompt is the same with and without the "
+        f"tools {names}, so the model is not told about them; declare them in "
+        f"policy.system_prompt, with an example call in the tool_format's syntax",
+        stacklevel=3,
+    )
