@@ -160,7 +160,7 @@ def dppo_tv(
     logprobs: torch.Tensor,
     params: Params,
     *,
-    anchor_logprobs: torch.Tensor,
+    anchor_logprobs: torch.Tensor | None = None,
 ) -> SurrogateOut:
     """DPPO-Binary-TV (Qi 2026, arXiv 2602.04879): ℓ = −M·sg(min(π/μ, C))·Â·logπ.
 
@@ -170,8 +170,11 @@ def dppo_tv(
     CISPO's gradient −w·Â. μ = exp(`anchor_logprobs`), the ratio's denominator: the
     sampler's probability under the recipe's `dppo_anchor: sampler` (the paper, TRL), π_old
     under `old` (docs/conventions.md). Mask and weight read log π − log μ unclamped, as TRL
-    (the ±20 clamp of `ratio` would keep a token TRL masks, with weight e^−20).
+    (the ±20 clamp of `ratio` would keep a token TRL masks, with weight e^−20); a caller
+    that gives no `anchor_logprobs` (rlvr.service) gets μ rebuilt from that clamped ratio.
     """
+    if anchor_logprobs is None:
+        anchor_logprobs = logprobs.detach() - torch.log(ratio.detach())
     log_ratio = logprobs.detach() - anchor_logprobs.detach()
     prob, anchor_prob = logprobs.detach().exp(), anchor_logprobs.detach().exp()
     rose_too_far = (prob - anchor_prob) > params.clip_high

@@ -81,6 +81,10 @@ def test_dppo_tv_by_hand():
     close(logprobs.grad[0], torch.tensor([0.0, -1.2, 0.0, 1.4], dtype=F64))
     assert out.clipped_high[0].tolist() == [True, False, False, False]
     assert out.clipped_low[0].tolist() == [False, False, True, False]
+    # Called as a plain surrogate (rlvr.service: no anchor), μ is rebuilt from the ratio:
+    # the same within the ratio's ±20 clamp; exp/log round trips agree to float64 rounding.
+    plain = dppo_tv(ratio.detach(), adv, logprobs.detach(), Params(0.15, 0.15))
+    torch.testing.assert_close(plain.loss, out.loss.detach(), rtol=1e-12, atol=0)
     # The cap: ρ = 30 > C = 20 weighs 20 (δ = 1 turns the mask off).
     big = leaf([math.log(0.03)])
     anchor = big.detach() - math.log(30)
