@@ -1,4 +1,4 @@
-"""Command line: `rlvr train | eval | compare | audit | recipes | evalsize | show`, one
+"""Command line: `rlvr train | eval | compare | audit | recipes | evalsize | show | new`, one
 module per subcommand; `main` builds the parser and dispatches."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from rlvr.cli.audit import add_audit_parser
 from rlvr.cli.compare import add_compare_parser
 from rlvr.cli.eval import add_eval_parser
 from rlvr.cli.evalsize import add_evalsize_parser
+from rlvr.cli.new import add_new_parser
 from rlvr.cli.recipes import add_recipes_parser
 from rlvr.cli.show import add_show_parser
 from rlvr.cli.train import add_train_parser
@@ -29,6 +30,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     add_compare_parser(sub)
     add_evalsize_parser(sub)
     add_show_parser(sub)
+    add_new_parser(sub)
     return parser
 
 
