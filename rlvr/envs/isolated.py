@@ -9,7 +9,9 @@ the trainer (its state lives there), and `reset` and `step` are forwarded over a
 each answer awaited with a deadline. A worker that runs past `env_timeout_s`, dies, or
 answers anything but a plain reply is killed with its process group, and the call raises
 as an in-process environment failure would (`VerifierTimeout` or an `Exception`), so the
-episode loop flags it (`env_failed`) and `env_errors` says what it costs.
+episode loop flags it (`env_failed`) and `env_errors` says what it costs. A worker's
+standard output and error go to /dev/null: what an environment prints never reaches the
+training log (its exceptions come back over the pipe).
 
 What comes back is JSON (a reply's plain fields, or an error's name and arguments): the
 trainer never unpickles what a worker sends. A worker serves one episode at a time; when
@@ -40,9 +42,13 @@ from typing import Any
 from rlvr.envs.base import Environment, Reply
 from rlvr.verify.timeout import VerifierTimeout
 
-MAX_MESSAGE_BYTES = 64 * 2**20
-"""A worker's answer larger than this is garbage (an observation is cut to a few hundred
-tokens anyway)."""
+MAX_OBSERVATION_CHARS = 2**18
+"""A worker sends at most this many characters of an observation: the episode keeps at
+most `max_observation_tokens × 64` of them before tokenising (4,096 tokens' worth here)."""
+MAX_MESSAGE_BYTES = 4 * 2**20
+"""A worker's answer larger than this is garbage: the observation in it is cut to
+MAX_OBSERVATION_CHARS (≤ 3 MiB as JSON, 12 bytes for an escaped character at most), so a
+bigger message would only cost the trainer memory and time (security audit F12)."""
 FLAG_TYPES = {
     "done": (bool, int),
     "tool_call": (bool, int),
@@ -280,6 +286,7 @@ def _serve(
     the pipe closes. With the `trainer`'s pid (forked on its main thread), it dies with
     the trainer."""
     os.setpgid(0, 0)
+    _silence()
     for name in ("SIGINT", "SIGTERM"):  # not the trainer's handlers (a checkpoint on SIGTERM)
         signal.signal(getattr(signal, name), signal.SIG_DFL)
     if trainer is not None:
@@ -298,6 +305,15 @@ def _serve(
             env = _respond(connection, make, "made", argument)
         else:
             _respond(connection, _call, method, env, method, argument)
+
+
+def _silence() -> None:
+    """Point the worker's standard output and error at /dev/null: an environment that
+    prints, however much, never writes into the trainer's log (audit F13)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(null, fd)
+    os.close(null)
 
 
 def _call(env: Environment | None, method: str, argument: Any) -> Any:
@@ -327,7 +343,10 @@ def _encode(method: str, result: Any) -> Any:
             raise TypeError(f"the factory made a {type(result).__name__}, not an Environment")
         return list(result.stop) if isinstance(result.stop, list | tuple) else result.stop
     if method == "step" and isinstance(result, Reply):
-        return {f.name: _plain(getattr(result, f.name)) for f in fields(Reply)}
+        plain = {f.name: _plain(getattr(result, f.name)) for f in fields(Reply)}
+        if isinstance(plain["observation"], str):  # cut here, not shipped to be cut there
+            plain["observation"] = plain["observation"][:MAX_OBSERVATION_CHARS]
+        return plain
     if method == "step":
         return {"not_a_reply": type(result).__name__}
     return None

@@ -36,6 +36,7 @@ from rlvr.envs.isolated import IsolatedEnvironment
 from rlvr.rollout.base import Generation, RolloutEngine, SamplingParams, encode_prompts
 from rlvr.rollout.kv_session import open_session
 from rlvr.rollout.stops import stop_end
+from rlvr.tools.special_tokens import control_tokens, neutralise
 from rlvr.verify.timeout import VerifierTimeout, alarm_usable, call_with_timeout
 
 
@@ -249,15 +250,27 @@ def _ask(episode: _Episode, turn: str, timeout_s: float) -> Reply | None:
     return reply
 
 
+OBSERVATION_CHARS_PER_TOKEN = 64
+"""An observation is cut to `max_observation_tokens` × this many characters before it is
+tokenised, so a huge reply costs the trainer no time or memory (security audit F12); no
+token of the usual vocabularies is longer, so the token cut that follows is the same."""
+
+
 def _observe(episode, text, tokenizer, params, budgets, frame=None) -> None:
     """Append the observation's ids, cut to its budget (ending with the marker) and to the
-    trajectory's room; they are context, forced, never trained on. A chat `frame` wraps
-    the cut text in the template's tool message (its tokens are not the budget's)."""
+    trajectory's room; they are context, forced, never trained on. The run tokenizer's
+    special and added tokens in it are broken (`neutralise`), whatever the tool format,
+    so a tool's output cannot end the turn or forge one. A chat `frame` wraps the cut text
+    in the template's tool message (its tokens are not the budget's)."""
+    limit = budgets.max_observation_tokens
+    chars_cut = len(text) > limit * OBSERVATION_CHARS_PER_TOKEN
+    text = text[: limit * OBSERVATION_CHARS_PER_TOKEN]
     if frame is not None:
         text = frame.neutralise(text)
+    elif controls := control_tokens(tokenizer):
+        text = neutralise(text, controls)
     ids = encode_observation(tokenizer, text)
-    limit = budgets.max_observation_tokens
-    if len(ids) > limit:
+    if chars_cut or len(ids) > limit:
         marker = encode_observation(tokenizer, budgets.cut_marker)[:limit]
         ids = ids[: limit - len(marker)] + marker
         episode.record.observations_cut += 1

@@ -63,6 +63,12 @@ def tokenizer_tokens(tokenizer: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
+def control_tokens(tokenizer: Any) -> tuple[str, ...]:
+    """`tokenizer_tokens` of rlvr's tokenizer adapter (or of a Hugging Face tokenizer):
+    none for the character tokenizer, which never reads its `<eos>` out of text."""
+    return tokenizer_tokens(getattr(tokenizer, "hf_tokenizer", tokenizer))
+
+
 def break_token(token: str) -> str:
     return token[0] + " " + token[1:]
 
