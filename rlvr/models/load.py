@@ -1,5 +1,7 @@
-"""Load a pretrained policy from a local path or a hub id, refusing models whose logits rlvr
-cannot reproduce. (The embedded model by name: `rlvr.warmstart.load_policy`.)"""
+"""Load a pretrained policy from a local directory, a GGUF file, an alias or a hub id,
+refusing models whose logits rlvr cannot reproduce; a file or directory rlvr cannot load
+is named for what it is, with what would work, in one line. (The embedded model by name:
+`rlvr.warmstart.load_policy`.)"""
 
 from __future__ import annotations
 
@@ -9,22 +11,30 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from rlvr.models.aliases import ALIASES, alias_path
+from rlvr.models.gguf import gguf_directory, is_gguf
 from rlvr.models.logprobs import lm_head_logits
 from rlvr.models.tokenizer import TOKENIZER_FILE, CharTokenizer, HFTokenizer, Tokenizer
 
 EMBEDDED = "embedded"
+LOADABLE = (
+    "rlvr loads a model directory as save_pretrained writes it (config.json, weights and "
+    f"tokenizer files), a .gguf file, an alias ({', '.join(ALIASES)}), a hub id, or "
+    f"{EMBEDDED!r} for the built-in tiny model"
+)
 
 
 def load_pretrained(name: str) -> tuple[PreTrainedModel, Tokenizer, dict[str, Any]]:
-    """A local directory or hub id through `from_pretrained`; returns (model in train mode,
-    tokenizer, info)."""
+    """A local directory, GGUF file, alias or hub id through `from_pretrained`; returns
+    (model in train mode, tokenizer, info)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    check_local_model(name)
+    source = resolve_model(name)
+    check_local_model(source)
     try:
-        policy = AutoModelForCausalLM.from_pretrained(name)
+        policy = AutoModelForCausalLM.from_pretrained(source)
     except (OSError, ValueError) as err:
-        local = Path(name).exists()
+        local = Path(source).exists()
         where = "local directory" if local else "path or hub id"
         no_dir = "" if local else f"there is no local directory {str(Path(name).resolve())!r}; "
         raise ValueError(
@@ -34,15 +44,50 @@ def load_pretrained(name: str) -> tuple[PreTrainedModel, Tokenizer, dict[str, An
         ) from err
     check_logits_match(policy, name)
     tokenizer: Tokenizer
-    if (Path(name) / TOKENIZER_FILE).is_file():
-        tokenizer = CharTokenizer.load(name)  # a saved embedded model or an RL checkpoint of it
+    if (Path(source) / TOKENIZER_FILE).is_file():
+        tokenizer = CharTokenizer.load(source)  # a saved embedded model or an RL checkpoint
     else:
         try:
-            tokenizer = HFTokenizer(AutoTokenizer.from_pretrained(name))
+            tokenizer = HFTokenizer(AutoTokenizer.from_pretrained(source))
         except (OSError, ValueError) as err:
             raise ValueError(f"could not load a tokenizer for model={name!r}: {err}") from err
     policy.train()
-    return policy, tokenizer, {"model": name, "parameters": policy.num_parameters()}
+    info = {"model": name, "parameters": policy.num_parameters()}
+    if source != name:
+        info["converted_directory"] = source
+    return policy, tokenizer, info
+
+
+def resolve_model(name: str) -> str:
+    """What `from_pretrained` reads for `name`: for an alias or a GGUF file, its converted
+    directory (converted once, then cached: `rlvr.models.gguf`); else `name` itself. Any
+    other file is refused, saying what it is."""
+    path = alias_path(name)
+    if path is None:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            return name
+    if is_gguf(path):
+        return str(gguf_directory(path))
+    raise ValueError(f"model={name!r} {describe_file(path)}; {LOADABLE}")
+
+
+_WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def describe_file(path: Path) -> str:
+    """What a file that is not a model is, as the rest of a sentence."""
+    size = path.stat().st_size
+    if path.suffix == ".gguf":
+        return (
+            f"is named .gguf but is not a GGUF file (it does not start with 'GGUF'; {size} bytes)"
+        )
+    if path.suffix in _WEIGHT_FILES:
+        return (
+            f"is a file of weights ({path.suffix}, {size} bytes), not a model: a model is "
+            f"the directory that holds it with config.json and the tokenizer files"
+        )
+    return f"is a file ({size} bytes), not a model"
 
 
 # A tokenizer's vocabulary lives in one of these; without any, transformers would build an
@@ -57,8 +102,10 @@ def looks_like_path(name: str) -> bool:
 
 
 def check_local_model(name: str) -> None:
-    """Refuse a local path that does not exist, or a model directory without tokenizer
-    files, in one line each (before transformers tries the hub or builds an empty one)."""
+    """Refuse a local path that does not exist, a directory that is not a model (an rlvr
+    run, a folder of GGUF files, one without config.json) or a model directory without
+    tokenizer files, in one line each (before transformers tries the hub or builds an
+    empty tokenizer)."""
     path = Path(name).expanduser()
     if not path.exists():
         if looks_like_path(name):
@@ -68,12 +115,34 @@ def check_local_model(name: str) -> None:
                 f"tiny model)"
             )
         return
+    if path.is_dir():
+        check_model_directory(name, path)
     if path.is_dir() and not any((path / f).is_file() for f in TOKENIZER_FILES):
         raise ValueError(
             f"model={name!r}: the directory has no tokenizer files (expected tokenizer.json "
             f"and tokenizer_config.json, or tokenizer_config.json with vocab.json + merges.txt "
             f"or tokenizer.model); save them there with tokenizer.save_pretrained({name!r})"
         )
+
+
+def check_model_directory(name: str, path: Path) -> None:
+    """A directory without config.json is not a model: say what it is instead."""
+    if (path / "config.json").is_file():
+        return
+    if (path / "config.yaml").is_file() and (path / "checkpoint").is_dir():
+        raise ValueError(
+            f"model={name!r} is an rlvr run directory: its newest policy is "
+            f"{str(path / 'checkpoint' / 'policy')!r} (or evaluate the run with rlvr eval "
+            f"--run {name})"
+        )
+    ggufs = sorted(p.name for p in path.glob("*.gguf"))
+    if ggufs:
+        raise ValueError(
+            f"model={name!r} is a directory of GGUF files ({', '.join(ggufs[:3])}"
+            f"{', …' if len(ggufs) > 3 else ''}); rlvr reads one file: pass "
+            f"{str(path / ggufs[0])!r}"
+        )
+    raise ValueError(f"model={name!r} is a directory without config.json, not a model; {LOADABLE}")
 
 
 # Config attribute names that hint at logit processing, named in the refusal message.

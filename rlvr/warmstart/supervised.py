@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from rlvr.checks import check_int
+from rlvr.models.cache import cache_root
 from rlvr.models.logprobs import response_logprobs
 from rlvr.models.quiet import quiet_transformers
 from rlvr.models.tiny import ATTN_IMPLEMENTATION, build_tiny_policy, tiny_qwen2_config
@@ -56,13 +57,6 @@ TRAIN_THREADS = 1
 """torch intra-op threads while training: fixed, so the float results do not vary."""
 DEV_SEED_OFFSET = 7_919
 """Dev sampling seed is `seed + DEV_SEED_OFFSET`, apart from the batch-order seed."""
-
-
-def cache_root(cache_dir: str | Path | None = None) -> Path:
-    """`cache_dir`, else `$RLVR_CACHE`, else `~/.cache/rlvr`."""
-    if cache_dir is not None:
-        return Path(cache_dir)
-    return Path(os.environ.get("RLVR_CACHE", Path.home() / ".cache" / "rlvr"))
 
 
 def warm_start(
