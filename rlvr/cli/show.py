@@ -12,21 +12,23 @@ from pathlib import Path
 
 from rlvr.cli.common import fail
 
-DEFAULT_ROWS = {"run": 4, "items": 10, "diff": 5}
+DEFAULT_ROWS = {"run": 4, "items": 10, "diff": 5, "comparison": 0}
 
 
 def add_show_parser(sub) -> None:
     p = sub.add_parser(
         "show",
         help="a run's config, newest metrics and completions (terminal or --html page); "
-        "an `rlvr eval --items` file; two items files side by side",
+        "a comparison's cells and their curves; an `rlvr eval --items` file; two items "
+        "files side by side",
     )
     p.add_argument(
         "paths",
         nargs="+",
         metavar="PATH",
-        help="a run directory, an `rlvr eval --items` file, or two items files A B "
-        "(items won and lost by A, side by side); the kind is told by content",
+        help="a run directory, an `rlvr compare --matrix` directory (its cells), an `rlvr "
+        "eval --items` file, or two items files A B (items won and lost by A, side by "
+        "side); the kind is told by content",
     )
     p.add_argument("--step", type=int, help="a run's completions at this step (default: newest)")
     p.add_argument(
@@ -40,8 +42,8 @@ def add_show_parser(sub) -> None:
         nargs="?",
         const="",
         metavar="PATH",
-        help="write one self-contained HTML page instead (default: RUN/show.html, or "
-        "ITEMS.html beside an items file, A-vs-B.html beside A)",
+        help="write one self-contained HTML page instead (default: RUN/show.html or "
+        "CMP/show.html, ITEMS.html beside an items file, A-vs-B.html beside A)",
     )
     p.add_argument(
         "--no-color",
@@ -81,7 +83,8 @@ def _kind(args: argparse.Namespace) -> str:
     if len(kinds) == 2 and kinds == ["items", "items"]:
         return "diff"
     raise ShowError(
-        f"rlvr show takes one run directory, one items file, or two items files A B; got "
+        f"rlvr show takes one run or comparison directory, one items file, or two items "
+        f"files A B; got "
         f"{len(kinds)} paths ({', '.join(kinds)})"
     )
 
@@ -93,6 +96,10 @@ def _check_options(args: argparse.Namespace, kind: str) -> None:
         raise ShowError(f"--step applies to a run directory, not to {_describe(kind)}")
     if args.score is not None and kind != "diff":
         raise ShowError(f"--score applies to two items files A B, not to {_describe(kind)}")
+    if args.rows is not None and kind == "comparison":
+        raise ShowError(
+            "--rows applies to rows of completions or items; a comparison lists every cell"
+        )
     if args.rows is not None and args.rows < 1:
         raise ShowError(f"--rows must be an integer ≥ 1, got {args.rows}")
     if args.rows is not None and args.html is not None:
@@ -102,7 +109,8 @@ def _check_options(args: argparse.Namespace, kind: str) -> None:
 
 
 def _describe(kind: str) -> str:
-    return {"run": "a run", "items": "an items file", "diff": "two items files"}[kind]
+    names = {"run": "a run", "items": "an items file", "diff": "two items files"}
+    return names.get(kind, "a comparison")
 
 
 def use_color(no_color: bool) -> bool:
@@ -118,6 +126,10 @@ def _text(args: argparse.Namespace, kind: str) -> str:
         from rlvr.show.text import run_text
 
         return run_text(load_run(args.paths[0]), args.step, rows, color)
+    if kind == "comparison":
+        from rlvr.show.comparison import comparison_text, load_comparison
+
+        return comparison_text(load_comparison(args.paths[0]))
     from rlvr.show.items import diff_text, items_text, load_diff, load_items
 
     if kind == "items":
@@ -136,6 +148,11 @@ def _write_html(args: argparse.Namespace, kind: str) -> tuple[Path, str]:
         run = load_run(first)
         path = Path(args.html) if args.html else run.path / "show.html"
         return path, html_run.write_run_page(run, path, args.step)
+    if kind == "comparison":
+        from rlvr.show.comparison import load_comparison, write_comparison_page
+
+        path = Path(args.html) if args.html else first / "show.html"
+        return path, write_comparison_page(load_comparison(first), path)
     if kind == "items":
         path = Path(args.html) if args.html else first.with_suffix(".html")
         return path, html_items.write_items_page(str(first), path)

@@ -33,6 +33,17 @@ WINDOW_KEYS = (
     "clip/high_frac",
     "clip/seq_frac",
 )
+# Multi-turn runs: the episodes' health, averaged the same way (left empty for one-turn).
+ENV_KEYS = (
+    "env/turns",
+    "env/tool_calls",
+    "env/valid_call_rate",
+    "env/tool_error_rate",
+    "env/failed_frac",
+    "env/observation_tokens",
+    "env/ended_budget",
+)
+WINDOW_KEYS += ENV_KEYS
 CUMULATIVE = {
     "generated_tokens": "rollout/generated_tokens",
     "discarded_tokens": "rollout/discarded_tokens",

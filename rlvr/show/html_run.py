@@ -10,7 +10,15 @@ from typing import Any
 from rlvr.show.html_page import controls, esc, kv_grid, page
 from rlvr.show.load import NO_COMPLETIONS, Run, latest_metrics, segments
 from rlvr.show.svg import curves_html
-from rlvr.show.text import SHOWN_METRICS, fmt, fmt_options, shaped
+from rlvr.show.text import (
+    ENV_METRICS,
+    SHOWN_METRICS,
+    env_alerts,
+    env_failed,
+    fmt,
+    fmt_options,
+    shaped,
+)
 
 FILTERS = {
     "all": "all rows",
@@ -19,7 +27,10 @@ FILTERS = {
     "dropped": "dropped (not trained on)",
     "truncated": "truncated",
     "multiturn": "multi-turn",
+    "failed": "environment failed",
+    "toolerror": "tool error",
 }
+"""The filters of every run page; a multi-turn run adds one per turn count (`turns-N`)."""
 SEGMENT_TITLES = {
     "policy": "sampled by the policy (trained on)",
     "observation": "environment observation (not trained on)",
@@ -33,7 +44,16 @@ def row_tags(row: dict[str, Any]) -> str:
     tags = ["correct" if row["correct"] else "wrong"]
     tags.append("kept" if row.get("kept", True) else "dropped")
     tags += ["truncated"] * bool(row.get("truncated")) + ["multiturn"] * bool(row.get("turns"))
+    tags += ["failed"] * env_failed(row) + ["toolerror"] * bool(row.get("tool_errors"))
+    if row.get("turns") is not None:
+        tags.append(f"turns-{len(row['turns'])}")
     return " ".join(tags)
+
+
+def turn_filters(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """One filter per number of turns the rows' episodes took."""
+    counts = sorted({len(r["turns"]) for r in rows if r.get("turns") is not None})
+    return {f"turns-{n}": f"{n} turn{'s' * (n != 1)}" for n in counts}
 
 
 def segments_html(row: dict[str, Any]) -> str:
@@ -71,7 +91,15 @@ def row_html(row: dict[str, Any]) -> str:
         *(["truncated"] if row.get("truncated") else []),
         "kept" if row.get("kept", True) else "<b>dropped</b>",
         *(["text cut when logged"] if row.get("cut") else []),
+        *(
+            [f'<span class="bad">{row["tool_errors"]} tool errors</span>']
+            if row.get("tool_errors")
+            else []
+        ),
     ]
+    if env_failed(row):
+        reason = row.get("env_failed") or "it could not start (no reason logged)"
+        head.append(f'<span class="bad env-failed">environment failed: {esc(reason)}</span>')
     rewards = row.get("rewards") or {}
     if rewards:
         head.append("rewards " + ", ".join(f"{esc(k)}={esc(fmt(v))}" for k, v in rewards.items()))
@@ -124,19 +152,32 @@ def metrics_html(run: Run) -> str:
     return f"<h2>Metrics at step {esc(at)}</h2>" + kv_grid(pairs)
 
 
+def episodes_html(run: Run) -> str:
+    """A multi-turn run's episode panel: the newest `env/` metrics and what needs a look
+    ("" for a one-turn run); its curves are drawn beside reward and accuracy."""
+    latest = latest_metrics(run.metrics)
+    if not any(name in latest for name in ENV_METRICS):
+        return ""
+    pairs = [(name, fmt(latest[name][0])) for name in ENV_METRICS if name in latest]
+    alerts = "".join(f'<p class="bad">{esc(a.lstrip(" !"))}</p>' for a in env_alerts(latest))
+    return f'<section id="episodes"><h2>Episodes</h2>{kv_grid(pairs)}{alerts}</section>'
+
+
 def completions_html(run: Run, selected: int | None) -> tuple[str, int]:
     """The controls and one <section> of rows per logged step; and the number of rows."""
     if not run.steps:
         return f"<p>{esc(NO_COMPLETIONS)}</p>", 0
     selected = run.steps[-1] if selected is None else selected
     legend = "".join(f'<span class="seg-{k}">{esc(t)}</span>' for k, t in SEGMENT_TITLES.items())
-    sections, count = [], 0
+    sections, count, every = [], 0, []
     for step in run.steps:
         rows = run.rows(step)
         count += len(rows)
+        every += rows
         body = "".join(row_html(r) for r in rows)
         sections.append(f'<section class="rows" data-step="{step}">{body}</section>')
-    parts = [controls(run.steps, selected, FILTERS), f'<p class="legend">{legend}</p>', *sections]
+    filters = {**FILTERS, **turn_filters(every)}
+    parts = [controls(run.steps, selected, filters), f'<p class="legend">{legend}</p>', *sections]
     return "".join(parts), count
 
 
@@ -151,6 +192,7 @@ def run_page(run: Run, step: int | None = None) -> tuple[str, int]:
             f"<h1>rlvr run {esc(run.path.resolve().name)}</h1>",
             config_html(run),
             metrics_html(run),
+            episodes_html(run),
             "<h2>Curves</h2>",
             curves_html(run.metrics) if run.metrics else "<p>no metrics.jsonl yet</p>",
             "<h2>Completions</h2>",

@@ -50,17 +50,21 @@ def completions_file(run: Path, step: int) -> Path:
 
 
 def detect_kind(path: str | Path) -> str:
-    """'run' (a run directory, or its config.yaml / metrics.jsonl) or 'items' (an
-    `rlvr eval --items` file), told by content, not by name."""
+    """'run' (a run directory, or its config.yaml / metrics.jsonl), 'comparison' (an
+    `rlvr compare --matrix` directory) or 'items' (an `rlvr eval --items` file), told by
+    content, not by name."""
     path = Path(path)
     if not path.exists():
         raise ShowError(f"{path}: no such file or directory")
     if path.is_dir():
         if (path / "config.yaml").is_file() or (path / "metrics.jsonl").is_file():
             return "run"
+        if (path / "matrix.yaml").is_file() or (path / "cells").is_dir():
+            return "comparison"  # an `rlvr compare --matrix` directory
         raise ShowError(
-            f"{path}: not a run directory (no config.yaml or metrics.jsonl); rlvr show takes "
-            "a run directory, an `rlvr eval --items` file, or two items files"
+            f"{path}: not a run directory (no config.yaml or metrics.jsonl) nor a comparison "
+            "(no matrix.yaml or cells/); rlvr show takes a run directory, an `rlvr compare` "
+            "directory, an `rlvr eval --items` file, or two items files"
         )
     if path.name in ("config.yaml", "metrics.jsonl"):
         return "run"

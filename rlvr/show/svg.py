@@ -1,5 +1,7 @@
 """The run's curves as inline SVG: the panels of curves.png (rlvr/runlog/plots.py, one
-definition of what is drawn), each a polyline per metric, computed here from metrics.jsonl."""
+definition of what is drawn), each a polyline per metric, computed here from metrics.jsonl;
+for a multi-turn run the episodes' panels (`ENV_PANELS`) beside reward and accuracy.
+`overlay_html` draws several runs (a comparison's cells) on shared panels."""
 
 from __future__ import annotations
 
@@ -9,7 +11,36 @@ from rlvr.show.html_page import esc
 
 WIDTH, HEIGHT = 270, 210
 LEFT, RIGHT, TOP, BOTTOM = 46, 10, 24, 58  # plot margins; the legend sits below the axis
-COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
+COLORS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+ENV_PANELS = (
+    ("episode turns and tool calls", ("env/turns", "env/tool_calls")),
+    (
+        "episode health (fractions)",
+        ("env/failed_frac", "env/tool_error_rate", "env/valid_call_rate", "env/ended_budget"),
+    ),
+    ("observation tokens per episode", ("env/observation_tokens",)),
+)
+"""Drawn when the run logged episodes (any `env/` metric): how many turns and calls, how
+often the environment, tools or budget failed them, what the environment said."""
+OVERLAY = (
+    "eval/accuracy",
+    "reward/mean",
+    "env/turns",
+    "env/failed_frac",
+    "env/tool_error_rate",
+)
+"""The panels of a comparison page: one metric each (its title), one curve per cell."""
 
 
 def scale(values: list[float], low: float, high: float, start: float, end: float) -> list[float]:
@@ -21,9 +52,11 @@ def scale(values: list[float], low: float, high: float, start: float, end: float
 
 
 def panel_svg(title: str, series: dict[str, tuple[list[float], list[float]]]) -> str:
-    """One panel: axes with their ranges, a polyline (and dots) per metric, a legend."""
+    """One panel: axes with their ranges, a polyline (and dots) per metric, a legend (the
+    panel grows by a line for each metric past two)."""
+    height = HEIGHT + 12 * max(0, len(series) - 2)
     head = (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
         f'role="img" aria-label="{esc(title)}"><text x="{WIDTH / 2}" y="16" '
         f'text-anchor="middle" font-size="13">{esc(title)}</text>'
     )
@@ -72,9 +105,43 @@ def _axes(x0: float, x1: float, y0: float, y1: float) -> str:
     )
 
 
+def series(records: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]] | None:
+    """(steps, values) of `key` over the records that logged it; None when none did."""
+    points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+    if not points:
+        return None
+    xs, ys = zip(*points, strict=True)
+    return list(xs), list(ys)
+
+
+def env_panels(records: list[dict[str, Any]]) -> dict[str, dict]:
+    """`ENV_PANELS` with the series the run logged ({} for a one-turn run)."""
+    if not any(k.startswith("env/") for r in records for k in r):
+        return {}
+    panels = {}
+    for title, keys in ENV_PANELS:
+        found = {key: series(records, key) for key in keys}
+        panels[title] = {key: points for key, points in found.items() if points}
+    return panels
+
+
 def curves_html(records: list[dict[str, Any]]) -> str:
-    """Every panel of curves.png as inline SVG."""
+    """Every panel of curves.png as inline SVG, the episodes' panels after accuracy and
+    reward for a multi-turn run."""
     from rlvr.runlog.plots import panel_series
 
-    panels = panel_series(records)
-    return '<div class="curves">' + "".join(panel_svg(t, s) for t, s in panels.items()) + "</div>"
+    panels = list(panel_series(records).items())
+    panels[2:2] = env_panels(records).items()
+    return '<div class="curves">' + "".join(panel_svg(t, s) for t, s in panels) + "</div>"
+
+
+def overlay_html(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """`OVERLAY`'s panels, one curve per run (name → its metrics records); a panel no run
+    logged is left out."""
+    panels = []
+    for key in OVERLAY:
+        found = {name: series(records, key) for name, records in runs.items()}
+        drawn = {name: points for name, points in found.items() if points}
+        if drawn or key.startswith("eval/"):
+            panels.append(panel_svg(key, drawn))
+    return '<div class="curves">' + "".join(panels) + "</div>"

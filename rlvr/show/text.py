@@ -29,11 +29,20 @@ SHOWN_METRICS = (
     "loss/kl",
     "policy/entropy",
     "train/grad_norm",
-    "env/turns",
-    "env/tool_calls",
-    "env/tool_success_rate",
     "time/wall_s",
 )
+ENV_METRICS = (
+    "env/turns",
+    "env/tool_calls",
+    "env/failed_frac",
+    "env/tool_error_rate",
+    "env/valid_call_rate",
+    "env/tool_success_rate",
+    "env/observation_tokens",
+    "env/observations_cut",
+    "env/ended_budget",
+)
+"""The episodes' health, shown for multi-turn runs (docs/metrics.md, `env/`)."""
 ANSI = {
     "observation": "36",
     "forced": "33",
@@ -111,12 +120,41 @@ def metric_lines(run: Run, step: int | None) -> list[str]:
     latest = latest_metrics(run.metrics, step)
     at = max((s for _, s in latest.values() if isinstance(s, int)), default=None)
     lines = [f"metrics at step {at}" + (f" (--step {step})" if step is not None else "")]
-    for name in SHOWN_METRICS:
+    lines += _values(latest, SHOWN_METRICS, at)
+    if any(name in latest for name in ENV_METRICS):
+        lines += ["episodes", *_values(latest, ENV_METRICS, at)]
+        lines += env_alerts(latest)
+    return lines
+
+
+def _values(latest: dict[str, tuple], names: tuple[str, ...], at: int | None) -> list[str]:
+    lines = []
+    for name in names:
         if name in latest:
             value, logged = latest[name]
             note = f"  (step {logged})" if logged != at else ""
             lines.append(f"  {name:26} {fmt(value)}{note}")
     return lines
+
+
+def env_alerts(latest: dict[str, tuple]) -> list[str]:
+    """What needs a look in the newest episode metrics: the environment failed, tools
+    failed, or the token budget cut most episodes."""
+    value = lambda name: latest.get(name, (0.0, None))[0] or 0.0  # noqa: E731
+    alerts = []
+    if value("env/failed_frac") > 0:
+        alerts.append(
+            f"the environment failed on {value('env/failed_frac'):.0%} of the episodes "
+            f"(env/failed_frac; each failed row says why)"
+        )
+    if value("env/tool_error_rate") > 0:
+        alerts.append(f"{value('env/tool_error_rate'):.0%} of tool calls failed")
+    if value("env/ended_budget") > 0.5:
+        alerts.append(
+            f"{value('env/ended_budget'):.0%} of the episodes ran out of tokens "
+            f"(raise max_new_tokens)"
+        )
+    return [f"  ! {alert}" for alert in alerts]
 
 
 def row_lines(row: dict[str, Any], color: bool) -> list[str]:
@@ -140,8 +178,11 @@ def row_lines(row: dict[str, Any], color: bool) -> list[str]:
     rewards = row.get("rewards") or {}
     if rewards:
         lines += _field("rewards", "  ".join(f"{clean(k)}={fmt(v)}" for k, v in rewards.items()))
-    if row.get("turns"):
-        lines += _field("turns", turns_summary(row["turns"]))
+    if row.get("turns") is not None:
+        lines += _field("turns", turns_summary(row))
+    if row.get("env_failed") or failed_to_start(row):
+        reason = row.get("env_failed") or "it could not start (an older run: no reason logged)"
+        lines += _field("env failed", paint(clean(reason), "bad", color))
     return lines
 
 
@@ -151,10 +192,29 @@ def shaped(row: dict[str, Any]) -> list[str]:
     return [] if value is None or value == row["reward"] else [f"shaped {fmt(value)}"]
 
 
-def turns_summary(turns: list[dict[str, Any]]) -> str:
+def failed_to_start(row: dict[str, Any]) -> bool:
+    """An episode whose environment failed before the first turn (no turn at all)."""
+    return row.get("turns") == []
+
+
+def env_failed(row: dict[str, Any]) -> bool:
+    """The episode's environment failed (the row's reason, or how it ended)."""
+    turns = row.get("turns") or []
+    return (
+        bool(row.get("env_failed"))
+        or failed_to_start(row)
+        or (bool(turns) and turns[-1].get("ended") == "env_failed")
+    )
+
+
+def turns_summary(row: dict[str, Any]) -> str:
+    turns = row["turns"]
     calls = sum(1 for t in turns if t.get("tool_call"))
     ended = next((t["ended"] for t in reversed(turns) if t.get("ended")), "—")
     notes = [f"tool calls: {calls}"] if calls else []  # episodes without tools record none
+    for key, what in (("tool_errors", "tool errors"), ("invalid_calls", "invalid calls")):
+        if row.get(key):
+            notes.append(f"{what}: {row[key]}")
     notes.append(f"ended: {clean(str(ended))}")
     return f"{len(turns)} ({'; '.join(notes)})"
 

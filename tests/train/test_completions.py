@@ -48,6 +48,9 @@ KEYS = {
     "kept": bool,
     "segments": list,
     "turns": (list, type(None)),
+    "env_failed": (str, type(None)),
+    "tool_errors": (int, type(None)),
+    "invalid_calls": (int, type(None)),
     "shaped_reward": (float, type(None)),
     "cut": bool,
 }

@@ -193,9 +193,23 @@ def _row(generated, row, k, prepared, trained, decode, step) -> dict[str, Any]:
         "kept": advantage is not None,
         "segments": parts,
         "turns": turns(parts, record) if record is not None else None,
+        **episode_health(record),
         "shaped_reward": None if k is None else float(prepared.shaped_rewards[k]),
     }
     return _bounded(out)
+
+
+def episode_health(record: Any) -> dict[str, Any]:
+    """Why the environment failed (None when it did not), and the episode's tool errors
+    (raised or timed out) and invalid calls: what `rlvr show` shows and filters on; all
+    None for a one-turn response (`record` None)."""
+    if record is None:
+        return dict.fromkeys(("env_failed", "tool_errors", "invalid_calls"))
+    return {
+        "env_failed": record.env_failed,
+        "tool_errors": record.tool_errors + record.tool_timeouts,
+        "invalid_calls": record.invalid_calls,
+    }
 
 
 def _bounded(row: dict[str, Any]) -> dict[str, Any]:
