@@ -10,6 +10,7 @@ import io
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -54,8 +55,7 @@ def plant_code(directory, marker) -> None:
 def test_a_service_state_with_code_in_it_is_refused_unrun(tmp_path):
     service = ServiceClient(root=tmp_path / "root")
     trainer = service.create_training_client("embedded:arithmetic")
-    path = tmp_path / "state"
-    trainer.save_state(str(path)).result()
+    path = Path(trainer.save_state("state").result().path)
     plant_code(path, tmp_path / "marker")
     for load in (
         service.create_training_client_from_state,
@@ -88,8 +88,8 @@ def test_rlvr_train_resume_of_a_checkpoint_with_code_in_it_is_refused_unrun(tmp_
         timeout=900,
     )
     assert resumed.returncode != 0 and not marker.exists()
-    last = resumed.stderr.strip().splitlines()[-1]
-    assert last.startswith("rlvr: error: ") and "it names posix.system" in last
+    errors = [line for line in resumed.stderr.splitlines() if line.startswith("rlvr: error: ")]
+    assert len(errors) == 1 and "it names posix.system" in errors[0], resumed.stderr[-3000:]
 
 
 def test_rng_states_are_plain_values_and_restore_exactly():
