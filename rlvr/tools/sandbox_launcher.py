@@ -1,7 +1,7 @@
 """The python sandbox's launcher: a trusted script, run as `python -I -S sandbox_launcher.py
 CONFIG RUNNER CODE` by `rlvr.tools.python_sandbox`, that builds the sandbox and runs the
 code in it. Standard library only; it never imports rlvr, only the sandbox_* modules beside
-it (procfs, view, seccomp).
+it (procfs, view, seccomp, cgroup).
 
 As root: a private mount, PID, network and IPC namespace (ctypes `unshare`), whose root is
 built from an allowlist (`sandbox_view`: the interpreter and its packages, read-only,
@@ -11,7 +11,9 @@ is writable; every process of that uid is killed before and after (`sweep`).
 Not root: the same namespaces inside an unprivileged user namespace where the kernel
 allows one; else only the resource limits and the process group.
 Every path: the code's process has PR_SET_NO_NEW_PRIVS and a seccomp filter
-(`sandbox_seccomp`: no namespaces of its own, no mounts, no memfd or SysV shared memory).
+(`sandbox_seccomp`: no namespaces of its own, no mounts, no memfd or SysV shared memory),
+and, where the host lets the launcher make one, a memory cgroup for the whole call
+(`sandbox_cgroup`).
 
 Processes: this launcher (host PID namespace) → `init` (PID 1 of the new namespace: mounts,
 then reaps) → the user process. When the user process exits, init exits and the kernel

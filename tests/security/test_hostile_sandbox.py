@@ -456,3 +456,19 @@ def test_a_lone_surrogate_in_the_code_is_an_observation():
     assert python("print('\ud800')") == (
         "error: the code contains a lone surrogate (U+D800), which is not text; it was not run"
     )
+
+
+def test_the_seccomp_program_jumps_where_its_labels_say():
+    # every jump lands on the return its label names: refused calls on RET ERRNO(EPERM),
+    # clone3 and another ABI on RET ERRNO(ENOSYS), clone on the load of its flags
+    from rlvr.tools import sandbox_seccomp as sc
+
+    for machine, (audit_arch, numbers) in SYSCALLS.items():
+        code = sc.program(machine)
+        eperm, enosys = (sc.RET_K, 0, 0, sc.RET_ERRNO | 1), (sc.RET_K, 0, 0, sc.RET_ERRNO | 38)
+        assert code[-2:] == [eperm, enosys] and code[0] == (sc.LD_W_ABS, 0, 0, sc.ARCH)
+        assert code[1 + 1 + code[1][2]] == enosys and code[1][3] == audit_arch
+        landing = {k: code[i + 1 + jt] for i, (op, jt, _, k) in enumerate(code) if op == sc.JEQ_K}
+        assert all(landing[numbers[name]] == eperm for name in sc.REFUSED)
+        assert landing[numbers["clone3"]] == enosys
+        assert landing[numbers["clone"]] == (sc.LD_W_ABS, 0, 0, sc.ARG0)
