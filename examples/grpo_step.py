@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.algo.advantages import group_norm
-from rlvr.algo.aggregation import aggregate, aggregation_weights
-from rlvr.algo.ratios import token_ratio
+from rlvr.algo.advantages.estimators import group_norm
+from rlvr.algo.policy.aggregation import aggregate, aggregation_weights
+from rlvr.algo.policy.ratios import token_ratio
+from rlvr.algo.policy.surrogates import clip
 from rlvr.algo.regularizers import kl_k3
-from rlvr.algo.surrogates import clip
 from rlvr.models import response_logprobs
 from rlvr.rewards import task_rewards
 from rlvr.train.config import resolve_config

@@ -1,7 +1,11 @@
 """Pure tensor math of every design choice in docs/algorithms.md, and the named recipes.
 
 Imports nothing else of rlvr but the leaf `rlvr.checks` (type checks of the recipe's
-fields): a reader who opens this package sees the whole math. Every
+fields): a reader who opens this package sees the whole math. Rooms: `advantages/`
+(estimators, GAE, groups, whitening, token returns), `policy/` (ratios, surrogates, masks,
+token selection, covariance clips, aggregation, rollout correction), `recipes/` (the
+named combinations); beside them the loss, the objective that prepares a batch,
+regularizers (KL, value loss), teacher terms, entropy control and selection. Every
 choice is registered where it is defined (`registry.py`); register your own with the
 `register_*` decorators or name it as `module:function` in a recipe (docs/extending.md).
 """
@@ -13,6 +17,7 @@ from rlvr.algo.objective import (
     prepare_batch,
     selection_metrics,
 )
+from rlvr.algo.policy.surrogates import SurrogateOut
 from rlvr.algo.recipes import RECIPES, Recipe, get_recipe, recipe_fields
 from rlvr.algo.registry import (
     AdvantageBatch,
@@ -26,7 +31,6 @@ from rlvr.algo.registry import (
     register_surrogate,
 )
 from rlvr.algo.step_stats import StepStats
-from rlvr.algo.surrogates import SurrogateOut
 
 __all__ = [
     "RECIPES",

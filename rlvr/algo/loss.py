@@ -7,18 +7,18 @@ import warnings
 
 import torch
 
-from rlvr.algo.aggregation import aggregate
-from rlvr.algo.recipes import Recipe
-from rlvr.algo.registry import KL_ESTIMATORS, RATIOS, SURROGATES
-from rlvr.algo.regularizers import importance_corrected
-from rlvr.algo.rollout_correction import (
+from rlvr.algo.policy.aggregation import aggregate
+from rlvr.algo.policy.rollout_correction import (
     ROLLOUT_CORRECTIONS,
     geometric_fold,
     mismatch_sums,
     offpolicy_sequence_mask,
 )
+from rlvr.algo.policy.token_selection import top_entropy_mask
+from rlvr.algo.recipes import Recipe
+from rlvr.algo.registry import KL_ESTIMATORS, RATIOS, SURROGATES
+from rlvr.algo.regularizers import importance_corrected
 from rlvr.algo.step_stats import StepStats
-from rlvr.algo.token_selection import top_entropy_mask
 
 
 def policy_loss(
@@ -178,7 +178,7 @@ def _anchor(recipe: Recipe, old_logprobs, sampler_logprobs) -> torch.Tensor:
 
 
 def _correction_weight(recipe, old_logprobs, response_mask, sampler, fold: bool):
-    """The recipe's rollout-correction weight (rlvr/algo/rollout_correction.py) on the
+    """The recipe's rollout-correction weight (rlvr/algo/policy/rollout_correction.py) on the
     trained tokens, or None when it has none, no sampler log-probs are given, or it is a
     rejection (applied to the mask by `prepare_batch`). Measured over the tokens before
     rejection (a sequence weight Π_t ρ_t is the sampled response's, as verl's);
@@ -208,7 +208,7 @@ def _kl_correction_ratio(recipe: Recipe, logprobs, old_logprobs, response_mask):
 
 def _entropy_selection(recipe: Recipe, entropy, response_mask) -> torch.Tensor | float:
     """1 everywhere, or with top_entropy_quantile ρ < 1 the 0/1 mask of the top-ρ entropy
-    tokens (rlvr/algo/token_selection.py): the factor E of the per-token loss, or, for a
+    tokens (rlvr/algo/policy/token_selection.py): the factor E of the per-token loss, or, for a
     `sequence_mean` surrogate, the tokens of its mean (docs/algorithms.md §3)."""
     if recipe.top_entropy_quantile >= 1.0:
         return 1.0

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.algo.aggregation import aggregation_weights
+from rlvr.algo.advantages.whiten import masked_whiten
+from rlvr.algo.policy.aggregation import aggregation_weights
+from rlvr.algo.policy.rollout_correction import ROLLOUT_CORRECTIONS, divergence_rejection_mask
 from rlvr.algo.recipes import Recipe
 from rlvr.algo.registry import ADVANTAGES, KL_ESTIMATORS, SELECTIONS, AdvantageBatch
-from rlvr.algo.rollout_correction import ROLLOUT_CORRECTIONS, divergence_rejection_mask
 from rlvr.algo.selection import sampling_signal, shaped_rewards
 from rlvr.algo.teacher import teacher_advantages
-from rlvr.algo.whiten import masked_whiten
 
 
 @dataclass

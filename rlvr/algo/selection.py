@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.algo.groups import group_is_constant
+from rlvr.algo.advantages.groups import group_is_constant
 from rlvr.algo.registry import register_selection
 from rlvr.algo.regularizers import soft_overlong_penalty
 

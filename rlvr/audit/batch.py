@@ -30,8 +30,8 @@ from typing import Any
 import torch
 
 from rlvr.algo import get_recipe, policy_loss, prepare_batch, selection_metrics
-from rlvr.algo.aggregation import aggregation_weights
-from rlvr.algo.masks import policy_mask
+from rlvr.algo.policy.aggregation import aggregation_weights
+from rlvr.algo.policy.masks import policy_mask
 from rlvr.algo.recipes import RECIPES
 from rlvr.algo.regularizers import value_loss
 from rlvr.algo.teacher import reverse_kl_metrics

@@ -2,7 +2,7 @@
 
 Every loss is a SUM over tokens and datums, with no normalisation, as in the remote
 training APIs: to train with one of rlvr's aggregations, fold its weights into the
-advantages (Â_{i,t}·w_{i,t}, `rlvr.algo.aggregation.aggregation_weights`); every
+advantages (Â_{i,t}·w_{i,t}, `rlvr.algo.policy.aggregation.aggregation_weights`); every
 surrogate here is positively homogeneous in Â, so that is exactly rlvr's loss. A sum is
 also what the PyTRIO SDK's `forward_backward_custom` assumes: it sends the custom loss as
 cross_entropy with weights −∂loss/∂logπ, whose gradient is the custom loss's only if
@@ -41,8 +41,8 @@ from typing import Any
 
 import torch
 
-import rlvr.algo.ratios  # noqa: F401  (registers the ratios)
-from rlvr.algo.aggregation import aggregate
+import rlvr.algo.policy.ratios  # noqa: F401  (registers the ratios)
+from rlvr.algo.policy.aggregation import aggregate
 from rlvr.algo.registry import RATIOS, SURROGATES, Params
 from rlvr.service.datums import Batch, is_finite_number
 

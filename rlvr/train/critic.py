@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.algo.aggregation import aggregation_weights
+from rlvr.algo.policy.aggregation import aggregation_weights
 from rlvr.algo.regularizers import value_loss
 from rlvr.models.precision import autocast, model_device
 from rlvr.models.value import ValueModel

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 
 from rlvr.algo import PreparedBatch, prepare_batch
-from rlvr.algo.objective import rejection_on
+from rlvr.algo.advantages.gae import gae
+from rlvr.algo.advantages.token_advantages import outcome_token_rewards
 from rlvr.algo.entropy_control import adaptive_entropy
-from rlvr.algo.gae import gae
-from rlvr.algo.token_advantages import outcome_token_rewards
+from rlvr.algo.objective import rejection_on
 from rlvr.eval import evaluate_policy
 from rlvr.models import response_logprobs
 from rlvr.models.context import check_context, context_length

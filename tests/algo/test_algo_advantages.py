@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.algo import get_recipe, prepare_batch
-from rlvr.algo.advantages import EPS, batch_norm, group_mean_baseline, group_norm, rloo
-from rlvr.algo.gae import gae, length_adaptive_lambda, vapo_gae
-from rlvr.algo.token_advantages import reinforce_pp, reinforce_pp_baseline
+from rlvr.algo.advantages.estimators import EPS, batch_norm, group_mean_baseline, group_norm, rloo
+from rlvr.algo.advantages.gae import gae, length_adaptive_lambda, vapo_gae
+from rlvr.algo.advantages.token_advantages import reinforce_pp, reinforce_pp_baseline
 
 close = torch.testing.assert_close
 
@@ -275,7 +275,7 @@ def test_vapo_gae_short_response_is_td0():
 def test_outcome_reward_sits_on_the_last_valid_token_even_with_a_hole():
     """Forced interruption leaves a hole (the inserted phrase) in the loss mask: the reward
     belongs to the last sampled token, index 5 here, not to index mask.sum() − 1 = 3."""
-    from rlvr.algo.token_advantages import outcome_token_rewards
+    from rlvr.algo.advantages.token_advantages import outcome_token_rewards
 
     mask = torch.tensor([[1.0, 1, 0, 0, 1, 1], [1, 1, 1, 0, 0, 0]], dtype=torch.float64)
     rewards = outcome_token_rewards(torch.tensor([1.0, 2.0], dtype=torch.float64), mask, None, 0.0)

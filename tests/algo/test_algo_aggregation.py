@@ -4,7 +4,7 @@ import pytest
 import torch
 from algo_testlib import F64, mask_of, padded
 
-from rlvr.algo.aggregation import aggregate, aggregation_weights
+from rlvr.algo.policy.aggregation import aggregate, aggregation_weights
 from rlvr.algo.registry import AGGREGATIONS
 
 close = torch.testing.assert_close

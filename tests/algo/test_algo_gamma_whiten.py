@@ -6,8 +6,8 @@ import torch
 from algo_testlib import F64, mask_of, padded
 
 from rlvr.algo import get_recipe, prepare_batch
-from rlvr.algo.token_advantages import reward_to_go
-from rlvr.algo.whiten import masked_whiten
+from rlvr.algo.advantages.token_advantages import reward_to_go
+from rlvr.algo.advantages.whiten import masked_whiten
 
 
 def close(actual, expected):

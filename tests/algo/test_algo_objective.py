@@ -16,7 +16,7 @@ from algo_testlib import (
 )
 
 from rlvr.algo import RECIPES, get_recipe, policy_loss, prepare_batch, selection_metrics
-from rlvr.algo.advantages import EPS
+from rlvr.algo.advantages.estimators import EPS
 from rlvr.algo.registry import AGGREGATIONS, SURROGATES
 
 close = torch.testing.assert_close

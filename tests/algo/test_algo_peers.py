@@ -22,11 +22,11 @@ from peers import trl_grpo_ref as trl
 from peers import verl_core_algos_ref as verl
 
 from rlvr.algo import get_recipe, policy_loss
-from rlvr.algo.aggregation import aggregation_weights
-from rlvr.algo.covariance import data_generator, token_covariance
 from rlvr.algo.entropy_control import AdaptiveEntropy
+from rlvr.algo.policy.aggregation import aggregation_weights
+from rlvr.algo.policy.covariance import data_generator, token_covariance
+from rlvr.algo.policy.token_selection import top_entropy_mask
 from rlvr.algo.regularizers import kl_k3_k2_grad
-from rlvr.algo.token_selection import top_entropy_mask
 
 SEEDS = [0, 1, 2, 3]
 LENGTHS = [3, 7, 1, 5, 6, 2, 4, 7]

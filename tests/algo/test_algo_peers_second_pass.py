@@ -22,9 +22,9 @@ from peers import verl_fidelity_ref as verl
 from test_algo_peers import assert_same, batch, peer_loss, rlvr_loss
 
 from rlvr.algo import get_recipe, policy_loss
-from rlvr.algo.aggregation import aggregation_weights
-from rlvr.algo.covariance import kl_cov_selection, token_covariance
-from rlvr.algo.token_selection import top_entropy_mask
+from rlvr.algo.policy.aggregation import aggregation_weights
+from rlvr.algo.policy.covariance import kl_cov_selection, token_covariance
+from rlvr.algo.policy.token_selection import top_entropy_mask
 
 SEEDS = [0, 1, 2, 3]
 
@@ -174,7 +174,7 @@ def one_response(deltas, advantage):
 
 
 def test_gmpo_clamps_log_ratios_at_20():
-    """rlvr clamps Δ to ±20 before every ratio (rlvr/algo/ratios.py); verl's geo_mean and
+    """rlvr clamps Δ to ±20 before every ratio (rlvr/algo/policy/ratios.py); verl's geo_mean and
     TRL's GMPOTrainer do not. Â = −1, Δ = (25, 0.1), ε = 0.4: the sign-aware clip keeps
     Δ ≥ −0.4, so rlvr's Δ̃ = (20, 0.1): ℓ = exp((20 + 0.1)/2) = exp(10.05), the clamped
     token has no gradient, the other ∂ℓ/∂logπ = exp(10.05)/2; the peers: exp(12.55)."""

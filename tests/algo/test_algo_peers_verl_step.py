@@ -27,8 +27,8 @@ from peers import verl_core_algos_ref as verl_b178
 from peers import verl_fidelity_ref as verl
 
 from rlvr.algo import get_recipe, policy_loss, prepare_batch, selection_metrics
-from rlvr.algo.aggregation import aggregate, aggregation_weights
-from rlvr.algo.rollout_correction import geometric_fold
+from rlvr.algo.policy.aggregation import aggregate, aggregation_weights
+from rlvr.algo.policy.rollout_correction import geometric_fold
 
 SEEDS = [0, 1, 2, 3]
 LENGTHS = [4, 7, 1, 5, 6, 2, 4, 7]

@@ -5,13 +5,13 @@ import math
 import torch
 from algo_testlib import F64, mask_of, padded
 
-from rlvr.algo.ratios import (
+from rlvr.algo.policy.ratios import (
     prefix_min_ratio,
     sequence_ratio,
     sequence_token_ratio,
     token_ratio,
 )
-from rlvr.algo.rollout_correction import truncated_weight
+from rlvr.algo.policy.rollout_correction import truncated_weight
 
 close = torch.testing.assert_close
 

@@ -12,6 +12,7 @@ import torch
 from algo_testlib import F64
 
 from rlvr.algo import get_recipe, policy_loss, register_surrogate
+from rlvr.algo.policy.surrogates import SurrogateOut, clip
 from rlvr.algo.registry import (
     ADVANTAGES,
     AGGREGATIONS,
@@ -21,7 +22,6 @@ from rlvr.algo.registry import (
     SURROGATES,
     Registry,
 )
-from rlvr.algo.surrogates import SurrogateOut, clip
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "algorithms.md").read_text()
 

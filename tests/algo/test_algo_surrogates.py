@@ -12,9 +12,9 @@ from algo_testlib import F64
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.algo.ratios import token_ratio
+from rlvr.algo.policy.ratios import token_ratio
+from rlvr.algo.policy.surrogates import cispo, clip, dual_clip, reinforce
 from rlvr.algo.registry import Params
-from rlvr.algo.surrogates import cispo, clip, dual_clip, reinforce
 
 close = torch.testing.assert_close
 

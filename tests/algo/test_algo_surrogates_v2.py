@@ -12,10 +12,10 @@ import torch
 from algo_testlib import F64, random_batch
 
 from rlvr.algo import get_recipe, policy_loss
-from rlvr.algo.aggregation import aggregation_weights
-from rlvr.algo.ratios import token_ratio
+from rlvr.algo.policy.aggregation import aggregation_weights
+from rlvr.algo.policy.ratios import token_ratio
+from rlvr.algo.policy.surrogates import dppo_tv, gmpo, sapo
 from rlvr.algo.registry import Params
-from rlvr.algo.surrogates import dppo_tv, gmpo, sapo
 
 close = torch.testing.assert_close
 

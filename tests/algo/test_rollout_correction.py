@@ -1,4 +1,4 @@
-"""Rollout correction (rlvr/algo/rollout_correction.py): hand-worked weights, the older
+"""Rollout correction (rlvr/algo/policy/rollout_correction.py): hand-worked weights, the older
 `tis_cap` spelling giving the same numbers, the mismatch metrics of `policy_loss`, and
 the recipe fields' validation."""
 
@@ -11,7 +11,7 @@ import torch
 from algo_testlib import F64, mask_of
 
 from rlvr.algo import get_recipe, policy_loss
-from rlvr.algo.rollout_correction import (
+from rlvr.algo.policy.rollout_correction import (
     ROLLOUT_CORRECTIONS,
     divergence_rejection_mask,
     mismatch_sums,

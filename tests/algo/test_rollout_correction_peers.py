@@ -22,8 +22,8 @@ from peers import trl_vllm_is_ref as trl
 from peers import verl_rollout_corr_ref as verl
 
 from rlvr.algo import get_recipe, policy_loss
-from rlvr.algo.aggregation import aggregation_weights
-from rlvr.algo.rollout_correction import (
+from rlvr.algo.policy.aggregation import aggregation_weights
+from rlvr.algo.policy.rollout_correction import (
     REJECT_STATISTICS,
     ROLLOUT_CORRECTIONS,
     divergence_rejection_mask,

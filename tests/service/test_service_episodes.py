@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from rlvr.algo.loss import policy_loss
-from rlvr.algo.masks import policy_mask
+from rlvr.algo.policy.masks import policy_mask
 from rlvr.algo.recipes import Recipe
 from rlvr.envs.base import Environment, Reply
 from rlvr.envs.budgets import EpisodeBudgets

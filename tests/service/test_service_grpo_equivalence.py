@@ -27,9 +27,9 @@ import copy
 import pytest
 import torch
 
-from rlvr.algo.advantages import group_norm
-from rlvr.algo.aggregation import aggregation_weights
+from rlvr.algo.advantages.estimators import group_norm
 from rlvr.algo.loss import policy_loss
+from rlvr.algo.policy.aggregation import aggregation_weights
 from rlvr.algo.recipes import Recipe
 from rlvr.models.logprobs import response_logprobs
 from rlvr.service import AdamParams, Datum, ModelInput, SamplingParams, tokens_of

@@ -12,10 +12,10 @@ import math
 import pytest
 import torch
 
-from rlvr.algo.aggregation import aggregate
-from rlvr.algo.ratios import sequence_ratio, token_ratio
+from rlvr.algo.policy.aggregation import aggregate
+from rlvr.algo.policy.ratios import sequence_ratio, token_ratio
+from rlvr.algo.policy.surrogates import cispo, clip, dual_clip, reinforce
 from rlvr.algo.registry import Params
-from rlvr.algo.surrogates import cispo, clip, dual_clip, reinforce
 from rlvr.service import Datum, ModelInput
 from rlvr.service.datums import pack
 from rlvr.service.losses import API_LOSSES, compute_loss, loss_spec, surrogate_params

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.algo.groups import group_is_constant, group_mean, group_size, group_std
+from rlvr.algo.advantages.groups import group_is_constant, group_mean, group_size, group_std
 from rlvr.algo.registry import per_response, register_advantage
 
 EPS = 1e-6

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from rlvr.algo.advantages.token_advantages import outcome_token_rewards
 from rlvr.algo.registry import AdvantageBatch, Params, register_advantage
-from rlvr.algo.token_advantages import outcome_token_rewards
 
 
 def gae(

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.algo.advantages import group_mean_baseline
+from rlvr.algo.advantages.estimators import group_mean_baseline
+from rlvr.algo.advantages.whiten import masked_whiten
 from rlvr.algo.registry import AdvantageBatch, Params, register_advantage
-from rlvr.algo.whiten import masked_whiten
 
 
 def reward_to_go(

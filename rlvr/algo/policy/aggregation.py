@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.algo.groups import group_sum
+from rlvr.algo.advantages.groups import group_sum
 from rlvr.algo.registry import AGGREGATIONS, register_aggregation
 
 

@@ -16,8 +16,8 @@ import hashlib
 
 import torch
 
+from rlvr.algo.policy.surrogates import SurrogateOut, clip
 from rlvr.algo.registry import Params, register_surrogate
-from rlvr.algo.surrogates import SurrogateOut, clip
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

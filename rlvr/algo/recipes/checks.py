@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from rlvr.algo.recipe_choices import RecipeChoices, choice_names
+from rlvr.algo.policy.rollout_correction import REJECT_STATISTICS, ROLLOUT_CORRECTIONS
+from rlvr.algo.recipes.choices import RecipeChoices, choice_names
 from rlvr.algo.registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, RATIOS, SURROGATES
-from rlvr.algo.rollout_correction import REJECT_STATISTICS, ROLLOUT_CORRECTIONS
 from rlvr.algo.selection import SAMPLING_KEYS
 from rlvr.algo.teacher import NO_OUTCOME
 from rlvr.checks import check_field_types

@@ -1,7 +1,7 @@
 """The fields of a recipe (docs/algorithms.md §8), each documented, and what they imply.
 
 `RecipeChoices` holds the choices unchecked; `rlvr.algo.recipes.Recipe` is the same
-dataclass checked on construction (`rlvr.algo.recipe_checks`). The field docs are what
+dataclass checked on construction (`rlvr.algo.recipes.checks`). The field docs are what
 `rlvr recipes --fields` and the docs print.
 """
 
@@ -10,17 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # Importing the modules that define the built-in choices registers them, before the field
-# docs below list the registered names.
-from rlvr.algo import (  # noqa: F401
-    aggregation,
-    covariance,
-    gae,
-    ratios,
-    regularizers,
-    selection,
-    surrogates,
-    teacher,
-)
+# docs below list the registered names; the advantages first, so that `rlvr recipes
+# --fields` lists the estimators in the order they were written.
+from rlvr.algo.advantages import gae  # noqa: F401
+from rlvr.algo.policy import aggregation, covariance, ratios, surrogates  # noqa: F401
+
+# isort: split
+from rlvr.algo import regularizers, selection, teacher  # noqa: F401
+from rlvr.algo.policy.rollout_correction import REJECT_STATISTICS, ROLLOUT_CORRECTIONS
 from rlvr.algo.registry import (
     ADVANTAGES,
     AGGREGATIONS,
@@ -30,7 +27,6 @@ from rlvr.algo.registry import (
     Params,
     Registry,
 )
-from rlvr.algo.rollout_correction import REJECT_STATISTICS, ROLLOUT_CORRECTIONS
 
 
 def _doc(text: str, default: object) -> object:

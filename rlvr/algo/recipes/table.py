@@ -13,8 +13,8 @@ import dataclasses
 import math
 from dataclasses import dataclass, fields
 
-from rlvr.algo.recipe_checks import check_recipe
-from rlvr.algo.recipe_choices import RecipeChoices
+from rlvr.algo.recipes.checks import check_recipe
+from rlvr.algo.recipes.choices import RecipeChoices
 from rlvr.algo.registry import SURROGATES
 from rlvr.algo.teacher import NO_OUTCOME
 

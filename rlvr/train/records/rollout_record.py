@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
-from rlvr.algo.masks import policy_mask
+from rlvr.algo.policy.masks import policy_mask
 from rlvr.rollout import Generation
 
 
