@@ -253,3 +253,62 @@ def test_the_bar_shows_turns_and_failed_and_warns_once_when_most_episodes_run_ou
     assert err.count("rlvr: warning: 62% of this step's episodes ran out of tokens") == 1
     assert "raise it (or lower episode.max_turns)" in err
     assert bar._bar.postfix is None or "turns=1.50" in str(bar._bar.postfix)
+
+
+def test_an_unknown_tool_name_with_tags_is_an_error_observation_not_the_answer(capsys):
+    # The trial's §1e: tools [mul], the model writes <calc>50*48</calc> and answers. Before,
+    # only </mul> ended a turn, so the call ran on into the final answer, counted nowhere.
+    from rlvr.envs import EpisodeBudgets
+    from rlvr.envs.tools import ToolEnvironment
+
+    def mul(expression: str) -> str:
+        a, b = expression.split("*")
+        return str(int(a) * int(b))
+
+    task = make_task("arithmetic", digits=2, ops="*")
+    problem = task.problems("train")[0]
+    task.environment = lambda p: ToolEnvironment([mul])
+    task.episode_budgets = EpisodeBudgets(max_turns=3)
+
+    def policy(context, k):
+        if "error" in context:
+            return " \\boxed{2400}" + EOS
+        return "<calc>50*48</calc> \\boxed{2400}" + EOS
+
+    engine = ScriptedEngine(CharTokenizer(), policy)
+    params = SamplingParams(group_size=1, max_new_tokens=200)
+    gen = generate_for(engine, task, [problem], params, torch.Generator())
+    error = "<result>error: no tool 'calc'; tools: mul</result>"
+    assert gen.texts == [f"<calc>50*48</calc>{error} \\boxed{{2400}}"]
+    record = gen.episodes[0]
+    assert (record.turns, record.invalid_calls, record.tool_calls) == (2, 1, 0)
+    assert record.calls == ["<calc>50*48</calc>"]
+
+
+def test_a_config_tool_env_says_the_first_unknown_call(user_modules, capsys):
+    task = make_task("arithmetic", digits=2, ops="+")
+    attach_environment(task, None, {}, ["my_tools:convert"], {})
+    env = task.environment(task.problems("train")[0])
+    assert env.stops_in("<calc>1+2</calc> \\boxed{3}") == ("</calc>",)
+    env.step("<calc>1+2</calc>")
+    env.step("<calc>1+3</calc>")
+    err = capsys.readouterr().err
+    assert err.count("rlvr: the policy made a call") == 1
+    assert "could not run: <result>error: no tool 'calc'; tools: convert" in err
+
+
+def test_an_isolated_environments_failure_is_printed_by_the_trainer(user_modules, capsys):
+    # The worker's own output goes nowhere (security audit F13): the trainer prints it,
+    # naming the user's method, since the worker's traceback does not come back.
+    task = make_task("arithmetic", digits=2, ops="+")
+    episode = {"env_isolation": "process", "env_errors": "keep"}
+    attach_environment(task, "bad_envs:Raises", {}, [], episode)
+    try:
+        records = _episodes(task, "keep")
+    finally:
+        task.environment.pool.close()
+    assert all(r.env_failed == "error: KeyError: 'secret not found'" for r in records)
+    err = capsys.readouterr().err
+    assert err.count("rlvr: the environment") == 1
+    assert "bad_envs:Raises failed in step: KeyError: 'secret not found'" in err
+    assert f"at {user_modules / 'bad_envs.py'}:50, in Raises.step" in err

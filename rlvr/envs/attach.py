@@ -158,13 +158,15 @@ def attach_environment(
         )
     base = own.to_dict() if own is not None else {}
     task.episode_budgets = EpisodeBudgets.from_dict({**base, **(episode or {})})
-    budgets = task.episode_budgets
     if factory is not None:
-        name = environment if environment is not None else f"tools {_names(tools)}"
-        notices = FailureNotices(name, budgets.env_errors)
-        task.environment = watched(factory, notices, _origin(environment))
+        task.environment = lambda problem: factory()
+    budgets = task.episode_budgets
     if budgets.env_isolation == "process" and build and not hasattr(task.environment, "isolated"):
         task.environment = isolate(task.environment, budgets.env_timeout_s, budgets.env_memory_mb)
+    if factory is not None:  # the user's environment or tools: their failures are printed
+        name = environment if environment is not None else f"tools {_names(tools)}"
+        notices = FailureNotices(name, budgets.env_errors)
+        task.environment = watched(task.environment, notices, _origin(environment))
     if tools:
         _check_tool_limits(tools, task.episode_budgets)
     if tool_format != "tags" and build:

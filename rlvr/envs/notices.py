@@ -5,16 +5,16 @@ user's file and line), then only counted (`env/failed_frac`, `env/tool_error_rat
 `env/valid_call_rate`), under every `episode.env_errors` mode: a broken environment is
 never silent, and a thousand broken episodes do not print a thousand lines.
 
-`watched(make, notices)` wraps a config's environment factory so that every episode's
-environment reports to one `FailureNotices`. With `env_isolation: process` the
-environments live in worker processes forked from the trainer; the notices' flags sit in
-shared memory, so the first failure is printed once, whichever worker meets it.
+`watched(make, notices, origin)` wraps a config's environment factory so that every
+episode's environment reports to one `FailureNotices`, in the trainer's process. With
+`env_isolation: process` it wraps the isolated environment (whose worker's output goes
+nowhere): the exception comes back rebuilt, without the worker's traceback, so the place
+shown is where the user's method is defined.
 """
 
 from __future__ import annotations
 
 import inspect
-import mmap
 import os
 import sys
 import traceback
@@ -39,19 +39,12 @@ class FailureNotices:
 
     def __init__(self, name: str, env_errors: str) -> None:
         self.name, self.env_errors = name, env_errors
-        self._flags = mmap.mmap(-1, len(KINDS))  # MAP_SHARED: forked workers see it
-
-    def __getstate__(self) -> dict[str, str]:
-        return {"name": self.name, "env_errors": self.env_errors}
-
-    def __setstate__(self, state: dict[str, str]) -> None:
-        self.__init__(state["name"], state["env_errors"])
+        self.printed: set[str] = set()  # the KINDS printed so far
 
     def _first(self, kind: str) -> bool:
-        at = KINDS.index(kind)
-        if self._flags[at]:
+        if kind in self.printed:
             return False
-        self._flags[at] = 1
+        self.printed.add(kind)
         return True
 
     def environment(self, during: str, failure: BaseException | str, where: str | None) -> None:
@@ -168,8 +161,10 @@ class Watched(Environment):
     """An episode's environment whose failures are reported to `notices` (and still
     raised or returned, for the episode loop to flag and count as before)."""
 
-    def __init__(self, inner: Environment, notices: FailureNotices) -> None:
-        self.inner, self.notices = inner, notices
+    def __init__(self, inner: Environment, notices: FailureNotices, origin: Any = None) -> None:
+        """`origin`: the user's class, where a failure without a frame of the user's code
+        is shown to come from (an isolated environment's, or a wrong return value)."""
+        self.inner, self.notices, self.origin = inner, notices, origin
         self.stop = inner.stop
 
     def __getattr__(self, name: str) -> Any:
@@ -182,7 +177,7 @@ class Watched(Environment):
 
     def step(self, turn: str) -> Reply:
         reply = self._guarded("step", self.inner.step, turn)
-        where = defined_at(type(self.inner).step)
+        where = self._defined("step", self.inner.step)
         if not isinstance(reply, Reply):
             problem = f"step returned {type(reply).__name__}, not a Reply"
             self.notices.environment("step", problem, where)
@@ -199,6 +194,11 @@ class Watched(Environment):
             self.notices.call(reply)
         return reply
 
+    def _defined(self, name: str, method: Callable[[Any], Any]) -> str | None:
+        """Where the user's `name` method is defined: the origin class's, else `method`'s."""
+        own = getattr(self.origin, name, None) if inspect.isclass(self.origin) else None
+        return defined_at(own or method)
+
     def _guarded(self, during: str, method: Callable[[Any], Any], argument: Any) -> Any:
         try:
             return method(argument)
@@ -206,7 +206,7 @@ class Watched(Environment):
             self.notices.environment(during, "ran past episode.env_timeout_s", None)
             raise
         except Exception as error:
-            self.notices.environment(during, error, defined_at(method))
+            self.notices.environment(during, error, self._defined(during, method))
             raise
 
 
@@ -218,18 +218,25 @@ def _called(call: str | None) -> str | None:
 
 
 def watched(
-    make: Callable[[], Environment], notices: FailureNotices, origin: Any = None
+    make: Callable[[Any], Environment], notices: FailureNotices, origin: Any = None
 ) -> Callable[[Any], Environment]:
-    """A per-episode factory (problem → environment) over `make`, whose environments
+    """A per-episode factory like `make` (problem → environment) whose environments
     report to `notices`; a failure to make one is reported, then raised. `origin`, the
-    user's class or factory, is where a failure without a frame of the user's came from."""
+    user's class or factory, is where a failure without a frame of the user's came from.
+    An isolated factory's `pool` stays reachable."""
 
     def environment(problem: Any) -> Environment:
         try:
-            env = make()
+            env = make(problem)
+        except VerifierTimeout:
+            notices.environment("make", "ran past episode.env_timeout_s", None)
+            raise
         except Exception as error:
             notices.environment("make", error, defined_at(origin) if origin else None)
             raise
-        return Watched(env, notices)
+        return Watched(env, notices, origin)
 
+    for name in ("isolated", "pool"):  # rlvr.envs.isolated's marks of its factory
+        if hasattr(make, name):
+            setattr(environment, name, getattr(make, name))
     return environment

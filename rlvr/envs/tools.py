@@ -6,7 +6,9 @@ tool's one string parameter, or, when it is a JSON object, as keyword arguments.
 tool's return value, as text, is the observation, wrapped by `observation_format`.
 A tool that raises or runs past its time limit answers with an error observation and is
 counted (`Reply.tool_error`); a call that names no tool or cannot be parsed is an
-invalid call, answered the same way. A turn without a tool call is the final answer.
+invalid call, answered the same way; so is a call of a tool the environment lacks
+(`<calc>...</calc>` with no `calc`): its closing tag ends the turn too (`stops_in`), so
+it is never taken as the answer. A turn without a tool call is the final answer.
 
 `tool_schema(fn)` describes a tool from its type hints and docstring (the JSON schema chat
 templates take as `tools=`), as TRL does.
@@ -82,6 +84,11 @@ def _call_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     return fn(**kwargs)
 
 
+CLOSING_TAG = re.compile(r"</([A-Za-z_][A-Za-z0-9_]*)>")
+NOT_CALLS = ("think", "answer")
+"""Tags a policy writes that are not tool calls: a reasoning model's thoughts, an answer."""
+
+
 class ToolEnvironment(Environment):
     """An environment whose only actions are calls of `tools`; see the module docstring."""
 
@@ -101,10 +108,22 @@ class ToolEnvironment(Environment):
         self.last_error: BaseException | None = None
         """The exception of the last tool that raised (`rlvr.envs.notices` shows where)."""
 
+    def stops_in(self, text: str) -> tuple[str, ...]:
+        """The closing tags in `text`, after their opening tag, of names that are not tools
+        (nor `NOT_CALLS`): a call of a tool this environment lacks ends the turn, like a
+        known one's, and is answered with an error (`step`), never taken as the answer."""
+        found = []
+        for match in CLOSING_TAG.finditer(text):
+            name = match.group(1)
+            call = name not in self.tools and name not in NOT_CALLS
+            if call and f"<{name}>" in text[: match.start()]:
+                found.append(match.group(0))
+        return tuple(dict.fromkeys(found))
+
     def step(self, turn: str) -> Reply:
         name = next((n for n in self.tools if turn.endswith(f"</{n}>")), None)
         if name is None:
-            return Reply(done=True)  # no tool call: the turn was the answer
+            return self._unknown(turn) or Reply(done=True)  # no call: the turn was the answer
         opening = turn.rfind(f"<{name}>")
         if opening < 0:
             return Reply(self._wrap(f"error: </{name}> without <{name}>"), invalid_call=True)
@@ -123,6 +142,18 @@ class ToolEnvironment(Environment):
             text = f"error: {type(error).__name__}: {error}"
             return Reply(self._wrap(text), tool_call=True, tool_error="error", call=call)
         return Reply(self._wrap(result), tool_call=True, call=call)
+
+    def _unknown(self, turn: str) -> Reply | None:
+        """The error a call of a tool this environment lacks is answered with (None: the
+        turn makes no such call)."""
+        closing = CLOSING_TAG.search(turn[turn.rfind("</") :]) if "</" in turn else None
+        if closing is None or not turn.endswith(closing.group(0)):
+            return None
+        name = closing.group(1)
+        if name in NOT_CALLS or turn.rfind(f"<{name}>") < 0:
+            return None
+        text = f"error: no tool {name!r}; tools: {', '.join(self.tools)}"  # as chat formats say
+        return Reply(self._wrap(text), invalid_call=True, call=turn[turn.rfind(f"<{name}>") :])
 
     def _wrap(self, result: str) -> str:
         return self.observation_format.format(result=result)

@@ -33,6 +33,7 @@ from rlvr.envs.base import Environment, Reply
 from rlvr.envs.budgets import EpisodeBudgets
 from rlvr.envs.chat_tools import ChatFrame
 from rlvr.envs.isolated import IsolatedEnvironment
+from rlvr.envs.notices import Watched
 from rlvr.rollout.base import Generation, RolloutEngine, SamplingParams, encode_prompts
 from rlvr.rollout.kv_session import open_session
 from rlvr.rollout.stops import stop_end
@@ -150,6 +151,8 @@ def _start(prompt, environments, i: int, timeout_s: float) -> _Episode:
 
 def _close(env: Environment | None) -> None:
     """An isolated environment's worker process ends with its episode."""
+    if isinstance(env, Watched):  # a config's environment, its failures reported
+        env = env.inner
     if isinstance(env, IsolatedEnvironment):
         env.close()
 
@@ -167,14 +170,18 @@ def _room(episode: _Episode, params: SamplingParams, budgets: EpisodeBudgets) ->
 
 def turn_text(ids: list[int], env: Environment, tokenizer) -> tuple[int | None, str]:
     """(tokens of the turn up to the earliest of `env`'s stop strings, or None; the text the
-    environment hears). The token completing a stop string may run past it (a BPE token
-    such as '>='): the tokens stay as sampled, and the text ends with the stop string."""
+    environment hears). An environment with `stops_in(text)` adds the stop strings it finds
+    in the turn (`ToolEnvironment`: the closing tag of a call to a tool it lacks). The
+    token completing a stop string may run past it (a BPE token such as '>='): the tokens
+    stay as sampled, and the text ends with the stop string."""
     decode = lambda part: tokenizer.decode(part, skip_special=False)  # noqa: E731
-    end = stop_end(ids, env.stop, decode)
+    found_in = getattr(env, "stops_in", None)  # e.g. a tags call of an unknown tool's `</x>`
+    stops = (*env.stop, *found_in(decode(ids))) if found_in else env.stop
+    end = stop_end(ids, stops, decode)
     if end is None:
         return None, tokenizer.decode(ids, skip_special=True)
     text = decode(ids[:end])  # special tokens kept: a stop string may be one
-    found = [(text.find(s) + len(s), s) for s in env.stop if s in text]
+    found = [(text.find(s) + len(s), s) for s in stops if s in text]
     return end, text[: min(found)[0]] if found else text
 
 
