@@ -312,3 +312,23 @@ def test_an_isolated_environments_failure_is_printed_by_the_trainer(user_modules
     assert err.count("rlvr: the environment") == 1
     assert "bad_envs:Raises failed in step: KeyError: 'secret not found'" in err
     assert f"at {user_modules / 'bad_envs.py'}:50, in Raises.step" in err
+
+
+def test_a_chat_tool_call_names_the_argument_the_tool_lacks_and_its_failure(user_modules, capsys):
+    # The trial's §1f: a hermes call passing `units` read "missing a required argument:
+    # 'unit'", not naming the argument that was wrong.
+    from rlvr.envs.attach import environment_factory
+    from rlvr.envs.notices import FailureNotices, Watched
+
+    env = Watched(
+        environment_factory(None, {}, ["my_tools:convert"], "hermes")(), FailureNotices("t", "drop")
+    )
+    wrong = env.step('<tool_call>{"name": "convert", "arguments": {"expr": "1"}}</tool_call>')
+    assert wrong.observation == "error: convert: no argument 'expr'; it takes expression"
+    failed = env.step(
+        '<tool_call>{"name": "convert", "arguments": {"expression": "2 km"}}</tool_call>'
+    )
+    assert failed.observation == "error: OverflowError: no kilometres here"
+    err = capsys.readouterr().err
+    assert "rlvr: the tool convert of t failed (error): OverflowError: no kilometres here" in err
+    assert f"at {user_modules / 'my_tools.py'}:9, in convert" in err

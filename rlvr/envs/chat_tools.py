@@ -159,6 +159,7 @@ class ChatToolEnvironment(Environment):
             text = f"error: {name} timed out after {limit:g}s"
             return Reply(text, tool_call=True, tool_error="timeout")
         except Exception as error:  # the tool's failure is an observation, not a crash
+            self.last_error = error  # where it raised: rlvr.envs.notices shows it
             return Reply(
                 f"error: {type(error).__name__}: {error}", tool_call=True, tool_error="error"
             )
@@ -171,7 +172,13 @@ def _invalid(reason: str, call: str | None = None) -> Reply:
 
 def _bound(fn: Callable[..., Any], arguments: dict[str, Any]) -> dict[str, Any]:
     """`arguments` checked against `fn`'s signature (missing or unknown names raise
-    TypeError); text given for a number, bool, list or dict parameter is read as JSON."""
+    TypeError, an unknown one named with the valid ones); text given for a number, bool,
+    list or dict parameter is read as JSON."""
+    parameters = inspect.signature(fn).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        unknown = [k for k in arguments if k not in parameters]
+        if unknown:
+            raise TypeError(f"no argument {unknown[0]!r}; it takes {', '.join(parameters)}")
     inspect.signature(fn).bind(**arguments)
     hints = typing.get_type_hints(fn)
     bound = dict(arguments)

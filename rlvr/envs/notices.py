@@ -15,6 +15,7 @@ shown is where the user's method is defined.
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import sys
 import traceback
@@ -211,10 +212,19 @@ class Watched(Environment):
 
 
 def _called(call: str | None) -> str | None:
-    """The tool name of a tags call `<name>...</name>` (None for other formats)."""
-    if call and call.startswith("<") and ">" in call:
+    """The tool name of a call as the environment read it: a tags call `<name>...</name>`,
+    a hermes call's JSON `name`, a qwen_xml `<function=name>`; None when unknown."""
+    if not call:
+        return None
+    if call.startswith("<function="):
+        return call[len("<function=") : call.find(">")]
+    if call.startswith("<") and ">" in call:
         return call[1 : call.index(">")]
-    return None
+    try:
+        named = json.loads(call)
+    except ValueError:
+        return None
+    return named.get("name") if isinstance(named, dict) else None
 
 
 def watched(

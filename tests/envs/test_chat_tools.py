@@ -103,7 +103,7 @@ def test_the_environment_runs_calls_and_answers_bad_ones_with_counted_errors():
         '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>': "error: add: missing a "
         "required argument: 'b'",
         '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2, "c": 3}}</tool_call>': "error: "
-        "add: got an unexpected keyword argument 'c'",
+        "add: no argument 'c'; it takes a, b",
         '{"name": "add"}</tool_call>': "error: </tool_call> without <tool_call>",
     }
     for turn, message in invalid.items():
