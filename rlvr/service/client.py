@@ -7,6 +7,7 @@ model directory. Nothing leaves the machine: "the service" is this process.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,9 @@ from rlvr.warmstart.load import load_policy
 
 DEFAULT_TASK = "arithmetic"
 ENGINES = ("hf", "vllm")
+# transformers' from_pretrained builds on the meta device and is not safe to run from two
+# threads at once ("Cannot copy out of meta tensor"): clients are made one at a time.
+LOADING = threading.Lock()
 
 
 class ServiceClient:
@@ -146,7 +150,8 @@ class ServiceClient:
         return HFEngine(model, tokenizer)
 
     def _load(self, base_model: str, lora: LoraShape | None) -> tuple[torch.nn.Module, Tokenizer]:
-        model, tokenizer = load_base_model(base_model, self.task_options, self.seed)
+        with LOADING:
+            model, tokenizer = load_base_model(base_model, self.task_options, self.seed)
         options = PolicyOptions(
             dtype=self.dtype, device=self.device, lora=lora and lora.options(model)
         )

@@ -64,6 +64,12 @@ class Server(ThreadingHTTPServer):
         thread.start()
         return thread
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up (a script ending with a connection open) is no error."""
+        error = sys.exc_info()[1]
+        if not isinstance(error, ConnectionError):
+            self.log(traceback.format_exc())
+
     def stop(self) -> None:
         self.shutdown()
         self.events.close()

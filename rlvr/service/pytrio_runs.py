@@ -75,6 +75,7 @@ class LocalTrio:
         self.sampling: dict[str, SamplingRun] = {}
         self.temporary: dict[str, SamplingClient] = {}
         self.chats: dict[str, SamplingClient] = {}  # chat/completions' samplers by model
+        self.chat_lock = threading.Lock()
         self.index = itertools.count(1)
 
     # Names -----------------------------------------------------------------------------
@@ -285,25 +286,27 @@ class LocalTrio:
     # OpenAI-compatible chat ----------------------------------------------------------------
 
     def chat(self, body: Any) -> dict:
-        """chat/completions with `model` a served alias or a sampler-weights URI."""
+        """chat/completions with `model` a served alias or a sampler-weights URI (one
+        sampler per name, made at its first request)."""
         name = wire.field(body, "model", str, "chat/completions")
-        with self.lock:
-            sampler = self.chats.get(name)
-        if sampler is None:
-            if name.startswith(TEMPORARY):
-                model_id = self._get(self.training, name[len(TEMPORARY) :].split("/")[0], "run")
-                model_id = model_id.model_id
-            elif name in self.models or name in self.models.values():
-                model_id = self.model(name)[1]
-            else:
-                model_id = self.model(self.registry.resolve(name, "sampler")["base_model"])[1]
-            sampler = self.sampler(
-                model_id, "" if name == model_id or name in self.models else name, self.seed
-            )
-            with self.lock:
-                self.chats[name] = sampler
+        with self.chat_lock:
+            if name not in self.chats:
+                self.chats[name] = self._chat_sampler(name)
+            sampler = self.chats[name]
         prompt, n, params = chat_request(body, sampler.get_tokenizer())
         return chat_response(name, prompt, sampler.sample(prompt, n, params).result().sequences)
+
+    def _chat_sampler(self, name: str) -> SamplingClient:
+        if name in self.models or name in self.models.values():
+            return self.sampler(self.model(name)[1], "", self.seed)
+        if name.startswith(TEMPORARY):
+            with self.lock:
+                sampler = self.temporary.get(name)
+            if sampler is None:
+                raise wire.WireError(f"temporary weights {name!r:.80} were released", "not_found")
+            return sampler
+        entry = self.registry.resolve(name, "sampler")
+        return self.sampler(self.model(entry["base_model"])[1], name, self.seed)
 
 
 def _size(path: str) -> int:
