@@ -61,7 +61,7 @@ def seen(monkeypatch):
         record.update(settings, prompts=[p.prompt for p in problems])
         raise ValueError("spy")
 
-    def evaluate_k(engine, task, problems, settings, items_path=None):
+    def evaluate_k(engine, task, problems, settings, items_path=None, progress=None):
         record.update(k=settings, prompts=[p.prompt for p in problems])
         raise ValueError("spy")
 

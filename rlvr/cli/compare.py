@@ -91,7 +91,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return fail(f"cannot write the comparison to --out {args.out}: {err.strerror}{where}")
     for warning in report.warnings:
         print(f"rlvr: warning: {warning}", file=sys.stderr)
-    print(f"wrote {report.path}, {out / 'results.csv'} and {len(report.plots)} plots")
+    took = f" ({len(run.ran)} cells run in {run.seconds:.0f} s)" if run is not None else ""
+    print(f"wrote {report.path}, {out / 'results.csv'} and {len(report.plots)} plots{took}")
     return 1 if run is not None and run.failed else 0
 
 

@@ -24,6 +24,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from rlvr.eval.run import ModelSetup, evaluate_model
 
+    bars = []
+
+    def progress(problems: int, samples: int):
+        bars.append(eval_progress(problems, samples))
+        return bars[-1].update
+
     try:
         options = eval_options(args.set, getattr(args, "run_options", None))
         setup = replace(
@@ -45,11 +51,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
             max_new_tokens=args.max_new_tokens,
             seed=args.seed,
             episodes=getattr(args, "run_episodes", None),
+            progress=progress,
         )
     except (ValueError, OSError, ImportError) as err:
         return fail(str(err))
+    for bar in bars:
+        bar.close(f"accuracy {metrics['eval/accuracy']:.3f}")
     print(render(metrics, args.json))
     return 0
+
+
+def eval_progress(problems: int, samples: int):
+    """The progress of an evaluation of `problems` (`rlvr.runlog.progress.Progress`): a
+    bar on a terminal, lines with an ETA elsewhere."""
+    from rlvr.runlog.progress import Progress
+
+    each = f"{samples} samples each, and greedy" if samples > 1 else "one sample and greedy"
+    return Progress(f"rlvr eval ({each})", problems, unit="problem")
 
 
 def eval_options(sets: Sequence[str], base: dict | None = None) -> dict:

@@ -80,9 +80,14 @@ def evaluate_from_args(args: argparse.Namespace) -> dict[str, float]:
         args.size,
         args.max_new_tokens,
     )
+    from rlvr.runlog.progress import Progress
+
     k = args.k if args.k is not None else args.samples
     settings = KSettings(k, args.temperature, args.top_p, budget, args.seed, args.batch_size)
-    return evaluate_k(engine, task, problems, settings, args.items)
+    bar = Progress(f"rlvr eval --k {k}", len(problems), unit="problem")
+    metrics = evaluate_k(engine, task, problems, settings, args.items, progress=bar.update)
+    bar.close(f"wrote {args.items}" if args.items else "")
+    return metrics
 
 
 def cmd_eval_k(args: argparse.Namespace) -> int:

@@ -37,6 +37,7 @@ class MatrixRun:
     failed: dict[str, str] = field(default_factory=dict)
     stale: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
 
 
 def is_finished(cell: Cell) -> bool:
@@ -115,7 +116,7 @@ def run_matrix(
     pending = [c for c in cells if not is_finished(c)]
     result.skipped = [c.name for c in cells if is_finished(c)]
     log(f"matrix: {len(cells)} cells, {len(result.skipped)} finished, {len(pending)} to run")
-    started = time.perf_counter()
+    started = result.started = time.perf_counter()
     record = _Invocation(Path(out_dir), jobs, argv)
     record.write(result, "running", 0.0)  # stays "running" if the process is killed
     status = "completed"
@@ -175,7 +176,10 @@ def _done(cell: Cell, summary: dict[str, Any], result: MatrixRun, log, total: in
     result.ran.append(cell.name)
     final = summary["final"]["eval/accuracy"]
     wall = summary["seconds"]["wall_s"]
-    log(f"[{len(result.ran)}/{total}] {cell.name}: final accuracy {final:.3f} ({wall:.0f} s)")
+    done = len(result.ran) + len(result.failed)
+    elapsed = time.perf_counter() - result.started
+    eta = f"; matrix ETA {elapsed / done * (total - done):.0f} s" if done < total else ""
+    log(f"[{len(result.ran)}/{total}] {cell.name}: final accuracy {final:.3f} ({wall:.0f} s){eta}")
 
 
 def _run_serial(pending: list[Cell], result: MatrixRun, log) -> None:

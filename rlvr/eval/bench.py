@@ -35,9 +35,14 @@ class KSettings:
 
 
 def score_items(
-    engine: RolloutEngine, task: Task, problems: list[Problem], settings: KSettings
+    engine: RolloutEngine,
+    task: Task,
+    problems: list[Problem],
+    settings: KSettings,
+    progress: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """One record per problem: its k samples with verdicts, and the per-item metrics."""
+    """One record per problem: its k samples with verdicts, and the per-item metrics;
+    `progress(n)` hears each batch of `n` problems done."""
     params = SamplingParams(
         settings.k, settings.temperature, settings.top_p, settings.max_new_tokens
     )
@@ -66,6 +71,8 @@ def score_items(
         records += [
             _item_record(task, p, s, settings.k) for p, s in zip(chunk, samples, strict=True)
         ]
+        if progress is not None:
+            progress(len(chunk))
     for record, uid in zip(records, uids, strict=True):
         record["uid"] = uid
     return records
@@ -192,10 +199,12 @@ def evaluate_k(
     problems: list[Problem],
     settings: KSettings,
     items_path: str | Path | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
-    """Score `problems` with k samples each; metrics with CIs (and the items JSONL)."""
+    """Score `problems` with k samples each; metrics with CIs (and the items JSONL).
+    `progress(n)` hears each batch of `n` problems done."""
     started = time.perf_counter()
-    records = score_items(engine, task, problems, settings)
+    records = score_items(engine, task, problems, settings, progress)
     if items_path is not None:
         write_items(items_path, records)
     return {**summarise(records, settings.k), "time/eval_s": time.perf_counter() - started}

@@ -7,6 +7,7 @@ Per-item results are kept for paired comparisons between recipes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -53,9 +54,11 @@ def evaluate_policy(
     seed: int,
     batch_size: int = 256,
     top_p: float = 1.0,
+    progress: Callable[[int], None] | None = None,
 ) -> EvalResult:
     """avg@k accuracy at `temperature` and `top_p` (the training sampler's settings),
-    pass@k, greedy accuracy, format rate, length."""
+    pass@k, greedy accuracy, format rate, length. `progress(n)` hears each batch of `n`
+    problems done."""
     start = time.perf_counter()
     sampled = SamplingParams(samples, temperature, top_p, max_new_tokens)
     greedy = SamplingParams(1, 1.0, GREEDY_TOP_P, max_new_tokens)
@@ -69,6 +72,8 @@ def evaluate_policy(
         lengths += n
         tools += t
         greedy_correct += _run(engine, task, chunk, greedy, seed + at)[0]
+        if progress is not None:
+            progress(len(chunk))
     per_item = [
         sum(correct[i * samples : (i + 1) * samples]) / samples for i in range(len(problems))
     ]

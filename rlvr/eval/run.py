@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rlvr.checks import is_int
@@ -48,12 +49,15 @@ def evaluate_model(
     max_new_tokens: int | None = None,
     seed: int = 0,
     episodes: dict[str, Any] | None = None,
+    progress: Callable[[int, int], Callable[[int], None]] | None = None,
 ) -> dict[str, float]:
     """Metrics of `model` (a name, or a `ModelSetup`) on the first `size` problems of
     `split` (0: all), with a response budget of `max_new_tokens` (None: the task's
     default): avg@samples at `temperature` and `top_p`, pass@samples, greedy accuracy.
     `episodes` (a run's environment, tools, tool_format and episode fields) makes the
-    evaluation multi-turn, with tool use reported (`rlvr.eval.tool_metrics`)."""
+    evaluation multi-turn, with tool use reported (`rlvr.eval.tool_metrics`).
+    `progress(problems, samples)`, called once the problems are known, returns what hears
+    each batch of problems done (`evaluate_policy`)."""
     setup = model if isinstance(model, ModelSetup) else ModelSetup(model)
     _check_count("samples", samples, 1, "samples per problem")
     if not temperature > 0:
@@ -72,6 +76,7 @@ def evaluate_model(
         top_p=top_p,
         max_new_tokens=max_new_tokens,
         seed=seed,
+        progress=progress(len(problems), samples) if progress is not None else None,
     )
     return {
         "eval/items": float(len(problems)),

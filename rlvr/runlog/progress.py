@@ -1,10 +1,13 @@
-"""A tqdm progress bar over training steps showing reward and held-out accuracy (with ETA),
-and for multi-turn runs the episodes' turns and failed fraction; the warning a run whose
-episodes mostly run out of tokens gets once."""
+"""Progress of long work. `StepBar`: a tqdm bar over training steps showing reward and
+held-out accuracy (with ETA), and for multi-turn runs the episodes' turns and failed
+fraction; the warning a run whose episodes mostly run out of tokens gets once.
+`Progress`: any other long work (`rlvr eval`, `rlvr compare`), a bar on a terminal and
+periodic lines with an ETA elsewhere, opened with what it stops at and closed with a line."""
 
 from __future__ import annotations
 
 import sys
+import time
 
 from tqdm import tqdm
 
@@ -62,3 +65,90 @@ class StepBar:
 def progress_bar(total: int, enabled: bool, desc: str = "train", initial: int = 0) -> StepBar:
     """A bar over `total` steps that starts at `initial` (a resumed run's finished steps)."""
     return StepBar(total, enabled, desc, initial)
+
+
+def _seconds(value: float) -> str:
+    """12 s, 3 min 05 s, 1 h 02 min."""
+    value = round(value)
+    if value < 60:
+        return f"{value} s"
+    if value < 3600:
+        return f"{value // 60} min {value % 60:02d} s"
+    return f"{value // 3600} h {value % 3600 // 60:02d} min"
+
+
+class Progress:
+    """Long work, seen as it goes: on a terminal a tqdm bar (with its ETA); elsewhere (logs,
+    CI, pipes) an opening line that says what it stops at, a line every `every_s` seconds
+    with the count, the elapsed time and the ETA, and a closing line. Disabled: silent.
+
+    `target` says what ends the work, when not only its count does: "dev accuracy 0.30"
+    reads "stops at dev accuracy 0.30 or 3000 steps"; the ETA is then to the count, an
+    upper bound."""
+
+    def __init__(
+        self,
+        desc: str,
+        total: int,
+        unit: str = "step",
+        enabled: bool = True,
+        target: str | None = None,
+        every_s: float = 30.0,
+        file=None,
+    ) -> None:
+        self.desc, self.total, self.unit, self.enabled = desc, total, unit, enabled
+        self.file = file or sys.stderr
+        self.every_s, self.done = every_s, 0
+        self.started = self.last_line = time.perf_counter()
+        self.lines = enabled and not _is_terminal(self.file)
+        self._bar = tqdm(
+            total=total,
+            desc=desc,
+            unit=unit,
+            disable=not enabled or self.lines,
+            file=self.file,
+            dynamic_ncols=True,
+        )
+        stops = f"stops at {target} or {total} {unit}s" if target else f"{total} {unit}s"
+        self.say(f"{desc}: {stops}")
+
+    def say(self, text: str) -> None:
+        """One line, above the bar on a terminal."""
+        if self.enabled:
+            tqdm.write(text, file=self.file)
+
+    def update(self, n: int = 1, **postfix: object) -> None:
+        self.done += n
+        if postfix:
+            self._bar.set_postfix(postfix, refresh=False)
+        self._bar.update(n)
+        now = time.perf_counter()
+        if self.lines and now - self.last_line >= self.every_s and self.done < self.total:
+            self.last_line = now
+            self.say(f"{self.desc}: {self.status()}" + _postfix(postfix))
+
+    def status(self) -> str:
+        """'120/300 steps, 1 min 02 s elapsed, ETA 1 min 33 s'."""
+        elapsed = time.perf_counter() - self.started
+        head = f"{self.done}/{self.total} {self.unit}s, {_seconds(elapsed)} elapsed"
+        if not self.done or self.done >= self.total:
+            return head
+        return head + f", ETA {_seconds(elapsed / self.done * (self.total - self.done))}"
+
+    def close(self, closing: str = "") -> None:
+        """End the bar; the closing line says how much was done, in how long, and
+        `closing` (e.g. "cached at …")."""
+        self._bar.close()
+        elapsed = _seconds(time.perf_counter() - self.started)
+        self.say(
+            f"{self.desc}: done, {self.done} {self.unit}s in {elapsed}"
+            + (f"; {closing}" if closing else "")
+        )
+
+
+def _postfix(values: dict[str, object]) -> str:
+    return "".join(f", {k} {v}" for k, v in values.items())
+
+
+def _is_terminal(file) -> bool:
+    return bool(getattr(file, "isatty", None)) and file.isatty()

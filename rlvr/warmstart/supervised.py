@@ -123,6 +123,14 @@ def _train_and_cache(path, task_name, task_options, seed, settings, progress):
         "settings": settings,
     }
     _save_atomically(path, model, tokenizer, info)
+    if progress:
+        reached = "reached" if info["reached_target"] else "did not reach"
+        print(
+            f"warm start {task_name}: {reached} dev accuracy {target_accuracy:.2f} "
+            f"({accuracy:.3f} after {steps} steps, {info['seconds']:.0f}s); cached at {path}",
+            file=sys.stderr,
+            flush=True,
+        )
     return model, tokenizer, {**info, "cache_hit": False, "cache_path": str(path)}
 
 
@@ -201,7 +209,8 @@ def _train(model, tokenizer, task: Task, settings: dict, progress: bool) -> tupl
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings["lr"])
     batches = _batches(train, settings["batch_size"], random.Random(seed))
     max_new_tokens = max(len(tokenizer.encode(p.target)) for p in dev) + 4
-    report = _Progress(f"warm start {task.name}", max_steps, progress)
+    target = f"dev accuracy {settings['target_accuracy']:.2f}"
+    report = _Progress(f"warm start {task.name}", max_steps, progress, target, every)
     observations = getattr(task, "observation_spans", None)
     model.train()
     accuracy, step = 0.0, 0
@@ -220,13 +229,23 @@ def _train(model, tokenizer, task: Task, settings: dict, progress: bool) -> tupl
 
 
 class _Progress:
-    """A bar on a terminal; elsewhere (logs, CI, pipes) one plain line per dev check."""
+    """A bar on a terminal; elsewhere (logs, CI, pipes) one plain line per dev check, with
+    the ETA to the step cap (an upper bound: the target usually ends it sooner). Both open
+    with what the warm start stops at; `_train_and_cache` closes with where it is cached.
+    (rlvr.runlog.progress.Progress does the same for other long work; warmstart may not
+    import runlog.)"""
 
-    def __init__(self, desc: str, total: int, enabled: bool) -> None:
+    def __init__(self, desc: str, total: int, enabled: bool, target: str, every: int) -> None:
         self.desc, self.total, self.enabled = desc, total, enabled
         self.lines = enabled and not sys.stderr.isatty()
         self.bar = tqdm(total=total, desc=desc, disable=not enabled or self.lines)
         self.started = time.perf_counter()
+        if enabled:
+            tqdm.write(
+                f"{desc}: stops at {target} or {total} steps (dev checked every {every}; "
+                f"cached for the next run)",
+                file=sys.stderr,
+            )
 
     def __enter__(self) -> _Progress:
         return self
@@ -241,9 +260,10 @@ class _Progress:
         self.bar.set_postfix(loss=f"{loss:.3f}", dev_acc=f"{accuracy:.3f}")
         if self.lines:
             elapsed = time.perf_counter() - self.started
+            eta = elapsed / step * (self.total - step)
             print(
                 f"{self.desc}: step {step}/{self.total} loss {loss:.3f} "
-                f"dev_acc {accuracy:.3f} elapsed {elapsed:.0f}s",
+                f"dev_acc {accuracy:.3f} elapsed {elapsed:.0f}s, at most {eta:.0f}s to go",
                 file=sys.stderr,
                 flush=True,
             )

@@ -169,10 +169,15 @@ def test_trains_on_train_and_gates_on_dev_never_eval(tmp_path, monkeypatch):
 
 def test_progress_is_printed_as_lines_off_a_terminal(tmp_path, capsys):
     run(tmp_path, progress=True)
-    lines = capsys.readouterr().err.splitlines()
-    # 4 steps with a check every 2: two lines, e.g. "... step 2/4 loss 4.123 dev_acc 0.000 ..."
+    first, *lines, last = capsys.readouterr().err.splitlines()
+    # what it stops at; 4 steps with a check every 2: two lines, e.g. "... step 2/4 loss
+    # 4.123 dev_acc 0.000 ..."; and where it is cached
+    assert first.startswith("warm start arithmetic: stops at dev accuracy ")
+    assert first.endswith(" or 4 steps (dev checked every 2; cached for the next run)")
     assert [line.split(" loss ")[0] for line in lines] == [
         "warm start arithmetic: step 2/4",
         "warm start arithmetic: step 4/4",
     ]
     assert all(" dev_acc " in line and " elapsed " in line for line in lines)
+    assert lines[0].endswith("s to go")  # the ETA to the cap
+    assert "dev accuracy" in last and f"cached at {tmp_path}" in last

@@ -1,0 +1,102 @@
+"""Long work with progress (issue 42; the trial's §4): on a terminal a bar with its ETA,
+elsewhere an opening line with what the work stops at, periodic lines with an ETA, and a
+closing line. `rlvr eval` and `rlvr compare` use it; the warm start's own lines are in
+tests/models/test_models_warmstart.py."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from rlvr.runlog import progress as progress_module
+from rlvr.runlog.progress import Progress
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "perf_counter", clock)
+    return clock
+
+
+def test_off_a_terminal_it_says_the_target_an_eta_and_how_it_ended(clock):
+    out = io.StringIO()  # not a terminal
+    bar = Progress("warm start", 3000, target="dev accuracy 0.30", every_s=30, file=out)
+    clock.now = 10.0
+    bar.update(100)  # 10 s < 30 s since the opening: no line yet
+    clock.now = 40.0
+    bar.update(100, dev_acc="0.125")  # 200 steps in 40 s: 2800 more take 560 s
+    clock.now = 45.0
+    bar.close("cached at /tmp/x")
+    assert out.getvalue().splitlines() == [
+        "warm start: stops at dev accuracy 0.30 or 3000 steps",
+        "warm start: 200/3000 steps, 40 s elapsed, ETA 9 min 20 s, dev_acc 0.125",
+        "warm start: done, 200 steps in 45 s; cached at /tmp/x",
+    ]
+
+
+def test_disabled_it_says_nothing(clock):
+    out = io.StringIO()
+    bar = Progress("x", 2, enabled=False, file=out)
+    bar.update(2)
+    bar.close("done")
+    assert out.getvalue() == ""
+
+
+def test_seconds_read_as_minutes_and_hours():
+    assert progress_module._seconds(59.4) == "59 s"
+    assert progress_module._seconds(185) == "3 min 05 s"
+    assert progress_module._seconds(3720) == "1 h 02 min"
+
+
+def test_rlvr_eval_shows_its_progress_and_a_closing_line(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    from rlvr.cli import main
+    from rlvr.eval import run as eval_run
+    from rlvr.eval.evaluate import EvalResult
+    from rlvr.train.config import resolve_config
+
+    run = tmp_path / "run"
+    cfg = resolve_config({"eval_size": 2, "out": str(run)})
+    (run / "checkpoint" / "policy").mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    monkeypatch.setattr(eval_run, "open_engine", lambda *a: "engine")
+
+    def evaluate_policy(engine, task, problems, progress=None, **settings):
+        progress(len(problems))
+        return EvalResult({"eval/accuracy": 0.5}, [0.5] * len(problems), [])
+
+    monkeypatch.setattr(eval_run, "evaluate_policy", evaluate_policy)
+    assert main(["eval", "--run", str(run)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[-2] == "rlvr eval (one sample and greedy): 2 problems"
+    assert err[-1].startswith("rlvr eval (one sample and greedy): done, 2 problems in ")
+    assert err[-1].endswith("; accuracy 0.500")
+
+
+def test_a_matrix_says_its_eta_after_each_cell(clock):
+    from rlvr.compare.matrix import Cell
+    from rlvr.compare.runner import MatrixRun, _done
+
+    result, said = MatrixRun(started=0.0), []
+    summary = {"final": {"eval/accuracy": 0.5}, "seconds": {"wall_s": 30.0}}
+    clock.now = 30.0
+    cell = Cell(label="a", recipe="grpo", seed=0, overrides={}, config={})
+    _done(cell, summary, result, said.append, total=4)
+    clock.now = 60.0
+    _done(cell, summary, result, said.append, total=4)
+    # 2 cells in 60 s: the other 2 take 60 s more; the last cell says no ETA
+    assert said[1].endswith("(30 s); matrix ETA 60 s")
+    result.ran += ["c"]
+    _done(cell, summary, result, said.append, total=4)
+    assert said[2].endswith("(30 s)")
