@@ -10,7 +10,7 @@ TORCH := torch==2.13.0
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml tests/lab/requirements-lab.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
@@ -18,6 +18,11 @@ $(STAMP): pyproject.toml
 	# tinker-cookbook (the real client tests/service/test_service_cookbook_real.py runs) declares
 	# tml-renderers>=0.4.1, which the index lacks; its rl_loop imports only what .[test] has.
 	$(BIN)/pip install --quiet --no-deps tinker-cookbook==0.6.1
+	# agentic-rl-lab's scripts (tests/lab) import swanlab==0.9.2, openai and python-dotenv, which
+	# only their Python sees (PYTHONPATH=.venv/lab: rlvr's own tests keep the venv's protobuf and
+	# swanlab); pytrio 0.2.9 beside 0.2.8 for the wire test (tests/service/test_service_pytrio_wire.py).
+	$(BIN)/pip install --quiet --no-deps --upgrade --target $(VENV)/lab -r tests/lab/requirements-lab.txt
+	$(BIN)/pip install --quiet --no-deps --upgrade --target $(VENV)/pytrio-0.2.9 pytrio==0.2.9
 	touch $(STAMP)
 
 # One torch thread: the same figure on any core count (README, "What make demo does").

@@ -23,9 +23,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
-from rlvr.service.pytrio_http import Server
 from rlvr.service.pytrio_runs import LocalTrio
 
 PROFILE = "rlvr-local"
@@ -56,7 +56,13 @@ def model_map(pairs: list[str]) -> dict[str, str]:
     return models
 
 
-def start(options: argparse.Namespace, port: int) -> Server:
+def start(options: argparse.Namespace, port: int):
+    try:
+        from rlvr.service.pytrio_http import Server
+    except ImportError as err:  # msgpack, from the pytrio extra
+        raise ValueError(
+            f"the local PyTRIO server needs: pip install 'rlvr[pytrio]' ({err})"
+        ) from None
     trio = LocalTrio(options.root, model_map(options.model), seed=options.seed)
     server = Server(trio, port)
     server.start()
@@ -71,7 +77,7 @@ def serve(options: argparse.Namespace) -> int:
         print(f"  {alias} = {directory}", flush=True)
     print(f"In the shell that runs a script:  export PYTRIO_ENV={options.profile}", flush=True)
     try:
-        threading_event().wait()
+        threading.Event().wait()
     except KeyboardInterrupt:
         pass
     finally:
@@ -96,12 +102,6 @@ def run(options: argparse.Namespace) -> int:
         return subprocess.run([sys.executable, *script], env=env).returncode
     finally:
         server.stop()
-
-
-def threading_event():
-    import threading
-
-    return threading.Event()
 
 
 def parser() -> argparse.ArgumentParser:
