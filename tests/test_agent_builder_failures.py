@@ -332,3 +332,21 @@ def test_a_chat_tool_call_names_the_argument_the_tool_lacks_and_its_failure(user
     err = capsys.readouterr().err
     assert "rlvr: the tool convert of t failed (error): OverflowError: no kilometres here" in err
     assert f"at {user_modules / 'my_tools.py'}:9, in convert" in err
+
+
+def test_the_eval_counts_episodes_whose_environment_failed(user_modules):
+    # The trial's §1d: "eval/accuracy is 0.375 for Raises ... No eval/ metric counts
+    # environment failures". Two items × 2 samples, every episode failed: 1.0 per item.
+    from rlvr.eval.evaluate import evaluate_policy
+
+    task = make_task("arithmetic", digits=2, ops="+")
+    attach_environment(task, "bad_envs:Raises", {}, [], {})
+    engine = ScriptedEngine(CharTokenizer(), lambda context, k: "\\boxed{1}")
+    problems = task.problems("eval")[:2]
+    result = evaluate_policy(
+        engine, task, problems, samples=2, temperature=1.0, max_new_tokens=40, seed=0
+    )
+    assert result.metrics["eval/env_failed"] == 1.0
+    assert (
+        result.metrics["eval/env_failed_ci_low"] == result.metrics["eval/env_failed_ci_high"] == 1.0
+    )

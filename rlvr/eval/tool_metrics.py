@@ -1,7 +1,8 @@
 """Tool use in an evaluation's episodes, per item with 95 % CIs (`rlvr eval` with tools).
 
 Each sample's episode gives its valid tool calls, malformed calls (`invalid_calls`),
-tool failures (`tool_errors`: raised or timed out) and policy turns; an item's value is
+tool failures (`tool_errors`: raised or timed out), policy turns and whether the
+environment itself failed (`env_failed`: an episode scored as it ended); an item's value is
 the mean over its samples, and the metric the mean over items with the Student-t
 interval over items (the items are the independent units, as for accuracy)."""
 
@@ -11,7 +12,7 @@ from typing import Any
 
 from rlvr.eval.significance import t_interval
 
-TOOL_COLUMNS = ("tool_calls", "invalid_calls", "tool_errors", "turns")
+TOOL_COLUMNS = ("tool_calls", "invalid_calls", "tool_errors", "turns", "env_failed")
 
 
 def episode_values(record: Any) -> dict[str, float]:
@@ -21,6 +22,7 @@ def episode_values(record: Any) -> dict[str, float]:
         "invalid_calls": float(record.invalid_calls),
         "tool_errors": float(record.tool_errors + record.tool_timeouts),
         "turns": float(record.turns),
+        "env_failed": float(record.env_failed is not None),
     }
 
 
