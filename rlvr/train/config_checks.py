@@ -151,3 +151,21 @@ def check_tool_format(cfg: Any) -> None:
             f"tool_format {cfg.tool_format!r} calls tools through the chat template; set "
             "policy.chat_template: true (a Hugging Face chat model), or tool_format: tags"
         )
+
+
+def warn_overlong_budget(
+    recipe: Recipe, max_new_tokens: int, tokenizer: Any, problems: list
+) -> None:
+    """Warn when DAPO's soft punishment would already hit the task's reference answers."""
+    if not recipe.overlong_penalty:
+        return
+    ramp_start = max_new_tokens - recipe.overlong_cache
+    longest = max(len(tokenizer.encode(p.target)) + 1 for p in problems[:2000])
+    if longest > ramp_start:
+        warnings.warn(
+            f"soft overlong punishment starts after {ramp_start} tokens (max_new_tokens="
+            f"{max_new_tokens} − overlong_cache={recipe.overlong_cache}) but "
+            f"reference answers of this task take up to {longest} tokens with EOS: correct "
+            f"answers will be punished; raise max_new_tokens or lower overlong_cache",
+            stacklevel=3,
+        )

@@ -46,6 +46,7 @@ from rlvr.train.collect import (
     without_failed_groups,
 )
 from rlvr.train.config import TrainConfig, check_eval_size
+from rlvr.train.config_checks import warn_overlong_budget
 from rlvr.train.critic import critic_optimizer, critic_update, critic_values
 from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.records.rollout_record import Rollout
@@ -122,7 +123,7 @@ class Trainer:
             precision=cfg.precision,
         )
         self.step = 0
-        self._check_overlong_budget()
+        warn_overlong_budget(self.recipe, cfg.max_new_tokens, self.tokenizer, self.pool.problems)
 
     def _make_engine(self, model: torch.nn.Module) -> Any:
         """The rollout engine sampling from `model`, from its bf16 copy (`sampler_precision`)
@@ -158,21 +159,6 @@ class Trainer:
         """The policy as one module with all its weights: what checkpoints save and load
         and the finiteness checks read (under FSDP, rank 0's unsharded copy)."""
         return self.model
-
-    def _check_overlong_budget(self) -> None:
-        """Warn when DAPO's soft punishment would already hit the task's reference answers."""
-        if not self.recipe.overlong_penalty:
-            return
-        ramp_start = self.cfg.max_new_tokens - self.recipe.overlong_cache
-        longest = max(len(self.tokenizer.encode(p.target)) + 1 for p in self.pool.problems[:2000])
-        if longest > ramp_start:
-            warnings.warn(
-                f"soft overlong punishment starts after {ramp_start} tokens (max_new_tokens="
-                f"{self.cfg.max_new_tokens} − overlong_cache={self.recipe.overlong_cache}) but "
-                f"reference answers of this task take up to {longest} tokens with EOS: correct "
-                f"answers will be punished; raise max_new_tokens or lower overlong_cache",
-                stacklevel=2,
-            )
 
     def _load_policy(self):
         cfg = self.cfg
