@@ -27,7 +27,7 @@ from typing import Any
 from rlvr.service import pytrio_wire as wire
 from rlvr.service.client import ServiceClient
 from rlvr.service.pytrio_chat import chat_request, chat_response
-from rlvr.service.registry import CheckpointRegistry
+from rlvr.service.registry import CheckpointRegistry, is_uri
 from rlvr.service.sampling import SamplingClient
 from rlvr.service.training import TrainingClient
 from rlvr.service.types import SampleResponse
@@ -297,7 +297,7 @@ class LocalTrio:
         return chat_response(name, prompt, sampler.sample(prompt, n, params).result().sequences)
 
     def _chat_sampler(self, name: str) -> SamplingClient:
-        if name in self.models or name in self.models.values():
+        if not is_uri(name) and not name.startswith(TEMPORARY):
             return self.sampler(self.model(name)[1], "", self.seed)
         if name.startswith(TEMPORARY):
             with self.lock:
