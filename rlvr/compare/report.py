@@ -16,8 +16,11 @@ import numpy as np
 from rlvr.compare.budget import budget_lines
 from rlvr.compare.curves import SigmoidFit, fit_sigmoid
 from rlvr.compare.differences import Difference, all_differences, difference_check
+from rlvr.compare.markdown import md_table
+from rlvr.compare.markdown import mean_text as _mean
 from rlvr.compare.matrix import MatrixSpec
-from rlvr.compare.results import COLUMNS, ENV_KEYS, CellResult, load_cell, write_results_csv
+from rlvr.compare.report_episodes import env_section
+from rlvr.compare.results import COLUMNS, CellResult, load_cell, write_results_csv
 from rlvr.eval.significance import (
     detectable_delta,
     evalsize,
@@ -34,12 +37,6 @@ class Report:
     warnings: list[str] = field(default_factory=list)
 
 
-def md_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _group(results: list[CellResult]) -> dict[str, list[CellResult]]:
     groups: dict[str, list[CellResult]] = {}
     for result in results:
@@ -50,11 +47,6 @@ def _group(results: list[CellResult]) -> dict[str, list[CellResult]]:
 def _ci(values: list[float], digits: int = 3) -> str:
     finite = [v for v in values if v is not None and np.isfinite(v)]
     return t_interval(finite).format(digits) if finite else "—"
-
-
-def _mean(values: list[float], fmt: str = "{:,.0f}") -> str:
-    finite = [v for v in values if v is not None and np.isfinite(v)]
-    return fmt.format(float(np.mean(finite))) if finite else "—"
 
 
 def _initial(cell: CellResult) -> float | None:
@@ -92,23 +84,6 @@ def summary_table(groups: dict[str, list[CellResult]]) -> str:
             _mean([c.mean_metric("clip/frac") for c in cells], "{:.4f}"),
             _mean([c.mean_metric("clip/seq_frac") for c in cells], "{:.4f}"),
         ])  # fmt: skip
-    return md_table(header, rows)
-
-
-def env_table(groups: dict[str, list[CellResult]]) -> str | None:
-    """Each condition's episodes: the `env/` training metrics averaged over steps (mean over
-    seeds), and the turns of its final eval; None when no cell ran episodes. A one-turn
-    condition reads "—"."""
-    cells = [c for group in groups.values() for c in group]
-    if not any(any(k in r for r in c.records) for c in cells for k in ENV_KEYS):
-        return None
-    header = ["condition", *(k.removeprefix("env/") for k in ENV_KEYS), "eval turns"]
-    rows = [
-        [label]
-        + [_mean([c.mean_metric(k) for c in group], "{:.3f}") for k in ENV_KEYS]
-        + [_mean([c.summary["final"].get("eval/turns") for c in group], "{:.2f}")]
-        for label, group in groups.items()
-    ]
     return md_table(header, rows)
 
 
@@ -282,7 +257,7 @@ def _sections(spec, groups, fits, fit_notes, diff_text, plots, out: Path) -> lis
         "response length at the final eval (nothing is selected on the eval items); generated and discarded tokens, rollout, train "
         "and total seconds per cell (means); clip fractions averaged over training steps.",
         summary_table(groups),
-        *_env_section(groups),
+        *env_section(groups),
         f"## Paired comparisons against `{baseline}`",
         "Δ = mean final accuracy minus the baseline's. The bootstrap (10,000 resamples) "
         "resamples paired seeds and eval items jointly. The sign test counts eval items whose "
@@ -313,21 +288,6 @@ def _sections(spec, groups, fits, fit_notes, diff_text, plots, out: Path) -> lis
         "are means over the steps since the previous eval point. Per-cell runs are under "
         "`cells/<label>-seed<k>/`.",
     ]  # fmt: skip
-
-
-def _env_section(groups: dict[str, list[CellResult]]) -> list[str]:
-    table = env_table(groups)
-    if table is None:
-        return []
-    return [
-        "## Episodes per condition",
-        "Multi-turn conditions: the `env/` training metrics (docs/metrics.md), each averaged "
-        "over the training steps of a cell, then over its seeds: policy turns and tool calls "
-        "per episode, the valid-call, tool-error and failed fractions, observation tokens per "
-        "episode and the fraction of episodes the token budget ended; and the mean turns of "
-        "the final eval's episodes. — where a condition runs one turn.",
-        table,
-    ]
 
 
 def study_data(results: list[CellResult]) -> tuple[dict, dict]:
