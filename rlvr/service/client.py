@@ -21,10 +21,10 @@ from rlvr.models.tokenizer import Tokenizer
 from rlvr.rollout.base import RolloutEngine
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.service.lora import LoraShape
-from rlvr.service.registry import CheckpointRegistry, is_uri
+from rlvr.service.registry import CheckpointRegistry, is_uri, state_path
 from rlvr.service.sampling import SamplingClient
 from rlvr.service.snapshots import locked
-from rlvr.service.training import TrainingClient, read_state, state_path
+from rlvr.service.training import TrainingClient, read_state
 from rlvr.service.types import ModelInput
 from rlvr.tasks.registry import TASKS
 from rlvr.warmstart.load import load_policy

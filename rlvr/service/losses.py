@@ -139,6 +139,13 @@ def token_count(loss_fn: str, batch: Batch) -> int:
     return int(active.sum())
 
 
+def loss_metrics(loss_sum: float, count: int) -> dict[str, float]:
+    """A loss's metrics under both SDKs' names (`ForwardBackwardOutput`): Tinker's
+    `loss:sum`, PyTRIO's `loss_sum`, `token_count` and `loss_mean` = sum / count."""
+    mean = loss_sum / count if count > 0 else 0.0
+    return {"loss:sum": loss_sum, "loss_sum": loss_sum, "loss_mean": mean, "token_count": count}
+
+
 def compute_loss(
     loss_fn: str, logprobs: torch.Tensor, batch: Batch, params: Params
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -79,3 +79,10 @@ class CheckpointRegistry:
 
 def is_uri(value: Any) -> bool:
     return isinstance(value, str) and value.startswith(SCHEME)
+
+
+def state_path(root: str | Path, path: str | Path) -> Path:
+    """A state's directory: `path` itself, or what the root's registry names by a URI."""
+    if is_uri(path):
+        return Path(CheckpointRegistry(root).resolve(str(path), "state")["path"])
+    return Path(path)

@@ -31,8 +31,14 @@ from rlvr.rollout.base import RolloutEngine
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.service.datums import Batch, pack
 from rlvr.service.lora import LoraShape
-from rlvr.service.losses import compute_loss, loss_spec, surrogate_params, token_count
-from rlvr.service.registry import CheckpointRegistry, is_uri
+from rlvr.service.losses import (
+    compute_loss,
+    loss_metrics,
+    loss_spec,
+    surrogate_params,
+    token_count,
+)
+from rlvr.service.registry import CheckpointRegistry, state_path
 from rlvr.service.sampling import SamplingClient
 from rlvr.service.saves import save_path, write_save
 from rlvr.service.snapshots import WeightsSnapshot, snapshot_weights
@@ -368,19 +374,6 @@ class TrainingClient(CompletedClient):
 
     async def save_weights_for_sampler_async(self, *args: Any, **kwargs: Any) -> APIFuture:
         return self.save_weights_for_sampler(*args, **kwargs)
-
-
-def state_path(root: Path, path: str | Path) -> Path:
-    """A state's directory: `path` itself, or what the root's registry names by a URI."""
-    if is_uri(path):
-        return Path(CheckpointRegistry(root).resolve(str(path), "state")["path"])
-    return Path(path)
-
-
-def loss_metrics(loss_sum: float, count: int) -> dict[str, float]:
-    """A loss's metrics under both SDKs' names (ForwardBackwardOutput)."""
-    mean = loss_sum / count if count > 0 else 0.0
-    return {"loss:sum": loss_sum, "loss_sum": loss_sum, "loss_mean": mean, "token_count": count}
 
 
 def read_state(path: str | Path) -> dict[str, Any]:
