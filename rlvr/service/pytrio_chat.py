@@ -1,7 +1,7 @@
 """An OpenAI-compatible `chat/completions` body ↔ a prompt and `SamplingParams` of the
 local service, for scripts that evaluate through an OpenAI client (agentic-rl-lab's
 02-opd `01-eval-*.py`). The prompt is the model's own chat template, rendered by its
-Hugging Face tokenizer; `temperature=0` is greedy (top_k=1).
+Hugging Face tokenizer; `temperature=0` is greedy, as everywhere in the service.
 """
 
 from __future__ import annotations
@@ -40,12 +40,10 @@ def chat_request(body: Any, tokenizer: Any) -> tuple[ModelInput, int, SamplingPa
     if hf is None or not getattr(hf, "chat_template", None):
         raise WireError("the model's tokenizer has no chat template", "unsupported")
     text = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    temperature = float(body.get("temperature", 1.0))
     stop = body.get("stop")
     params = SamplingParams(
         max_tokens=int(body.get("max_completion_tokens") or body.get("max_tokens") or 256),
-        temperature=temperature if temperature > 0 else 1.0,
-        top_k=-1 if temperature > 0 else 1,
+        temperature=float(body.get("temperature", 1.0)),
         top_p=float(body.get("top_p", 1.0)),
         seed=body.get("seed"),
         stop=[stop] if isinstance(stop, str) else stop,

@@ -149,12 +149,13 @@ def _engine_params(num_samples: int, params: SamplingParams) -> EngineParams:
             f"call: at most {MAX_SAMPLES} samples and {MAX_SAMPLED_TOKENS} tokens in all; "
             "split it into several calls"
         )
+    greedy = params.temperature == 0  # the remote APIs' greedy: here top-k 1, log-prob 0
     return EngineParams(
         group_size=num_samples,
-        temperature=params.temperature,
+        temperature=1.0 if greedy else params.temperature,
         top_p=params.top_p,
         max_new_tokens=params.max_tokens,
-        top_k=params.top_k,
+        top_k=1 if greedy else params.top_k,
     )
 
 

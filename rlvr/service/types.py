@@ -201,6 +201,7 @@ class SamplingParams:
     max_tokens: int = 16
     """Tokens to generate at most per sequence (EOS included)."""
     temperature: float = 1.0
+    """0: greedy (the most probable token, log-prob 0: the distribution drawn from)."""
     top_p: float = 1.0
     stop: str | Sequence[int] | Sequence[str] | None = None
     """Token ids or strings that end a sequence (besides EOS); the stop token is kept."""

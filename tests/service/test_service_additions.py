@@ -41,6 +41,9 @@ def test_top_k_sampling_draws_only_the_top_k(tiny, tmp_path):
     assert all(s.logprobs[0] == 0.0 for s in out.sequences)
     with pytest.raises(ValueError, match=r"top_k=0 is not valid; it must be -1 \(no limit\)"):
         SamplingParams(top_k=0)
+    # temperature 0 is the remote APIs' greedy: the same token as top_k=1
+    greedy = sampler.sample(prompt, 4, SamplingParams(max_tokens=1, temperature=0.0)).result()
+    assert {s.tokens[0] for s in greedy.sequences} == {out.sequences[0].tokens[0]}
 
 
 def test_a_minus_100_target_is_no_position_of_any_loss(tiny, tmp_path):
