@@ -1,0 +1,105 @@
+"""The household world as an rlvr environment, and the same play read back from text.
+
+The text protocol is ALFWorld's own (as in ReAct's prompts): the prompt ends with ``>``,
+the policy writes one command and a newline (`` go to fridge 1\\n``: the newline ends its
+turn), and the environment answers with the observation and a new ``>``
+(``You arrive at fridge 1. The fridge 1 is closed.\\n>``). A command that is not
+admissible answers ``Nothing happens.`` and counts as invalid. The episode ends when the
+goal is reached (the last observation has no ``>``) or after `max_steps` commands.
+
+Reward, as agentic-rl-lab's 08-alfworld: ``won − 0.1·invalid_actions``. Each `Reply`
+carries its part (`env/turn_reward`); `replay_text` recomputes won and the invalid count
+from a trajectory's text alone, so the task's verifier and reward function need nothing
+but the completion and the game id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlvr.envs.base import Environment, Reply
+from rlvr.envs.household.games import intro
+from rlvr.envs.household.world import Game, World
+
+INVALID_PENALTY = 0.1
+"""Reward lost per invalid command (08-alfworld's INVALID_ACTION_PENALTY)."""
+PROMPT_MARK = ">"
+LONGEST_SKIP = 64
+"""Characters a sampled token may run past the newline that ended its turn (a byte-level
+token such as ``\\n\\n``); `replay_text` looks that far for the observation."""
+
+
+def canonical(turn: str) -> str:
+    """A turn as a command, as 08-alfworld's `canonical_action`: lower case, single spaces."""
+    return " ".join(turn.strip().lower().split())
+
+
+def prompt_text(game: Game) -> str:
+    """The episode's prompt: the opening observation, the goal, and the first ``>``."""
+    return f"{intro(game)}\n{PROMPT_MARK}"
+
+
+def observation_text(observation: str, done: bool) -> str:
+    """What follows a command: the observation, then ``\\n>`` unless the episode ended."""
+    return observation if done else f"{observation}\n{PROMPT_MARK}"
+
+
+class HouseholdEnvironment(Environment):
+    """One game: each newline-ended turn is a command; done when won or out of steps."""
+
+    stop = ("\n",)
+
+    def __init__(self, game: Game, max_steps: int = 50) -> None:
+        self.world, self.max_steps = World(game), max_steps
+
+    def step(self, turn: str) -> Reply:
+        action = canonical(turn)
+        observation, valid = self.world.step(action)
+        won = self.world.won()
+        done = won or self.world.state.steps >= self.max_steps
+        text = observation_text(observation, done)
+        # A turn cut by its token budget hears no newline: add it, so the text reads as
+        # if the policy had ended the turn (`replay_text` depends on it).
+        text = text if turn.endswith("\n") else "\n" + text
+        reward = float(won) - (0.0 if valid else INVALID_PENALTY)
+        return Reply(
+            text, done, tool_call=valid, invalid_call=not valid, reward=reward, call=action
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    won: bool
+    invalid: int
+    steps: int
+    actions: tuple[str, ...]
+
+    @property
+    def reward(self) -> float:
+        """``won − 0.1·invalid_actions``."""
+        return float(self.won) - INVALID_PENALTY * self.invalid
+
+
+def replay_text(game: Game, completion: str, max_steps: int | None = None) -> Outcome:
+    """Play `completion` (policy turns and observations, as an episode's text) again from
+    the game's start. A turn counts when an observation follows it: the text's last
+    newline-ended turn with nothing after it was never answered (the budget ran out).
+    `max_steps` as the episode's (None: as many as the text holds; an episode's text never
+    holds more than its own)."""
+    limit = max_steps if max_steps is not None else len(completion) + 1
+    world, position, actions = World(game), 0, []
+    while not world.won() and world.state.steps < limit:
+        end = completion.find("\n", position)
+        if end < 0 or end + 1 >= len(completion):
+            break  # the last turn: an answer, or cut by the budget, never stepped
+        action = canonical(completion[position:end])
+        observation, _ = world.step(action)
+        actions.append(action)
+        done = world.won() or world.state.steps >= limit
+        expected = observation_text(observation, done)
+        found = completion.find(expected, end + 1, end + 1 + LONGEST_SKIP + len(expected))
+        if found < 0:
+            break  # the observation was cut: the trajectory ends inside it
+        position = found + len(expected)
+    s = world.state
+    return Outcome(world.won(), s.invalid, s.steps, tuple(actions))
