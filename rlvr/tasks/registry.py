@@ -10,6 +10,7 @@ from rlvr.tasks.base import Task
 from rlvr.tasks.calculator import CalculatorTask
 from rlvr.tasks.countdown import CountdownTask
 from rlvr.tasks.guess_number import GuessNumberTask
+from rlvr.tasks.household import HouseholdTask
 from rlvr.tasks.lookup import LookupTask
 from rlvr.tasks.math_data import DATA_TASKS
 from rlvr.tasks.worked import WorkedArithmeticTask
@@ -20,6 +21,7 @@ TASKS: dict[str, type[Task]] = {
     CalculatorTask.name: CalculatorTask,
     LookupTask.name: LookupTask,
     GuessNumberTask.name: GuessNumberTask,
+    HouseholdTask.name: HouseholdTask,
     WorkedArithmeticTask.name: WorkedArithmeticTask,
     **DATA_TASKS,
 }

@@ -12,6 +12,7 @@ def test_registry_contents():
         "calculator",
         "lookup",
         "guess_number",
+        "household",
         "worked",
         "dataset",
         "gsm8k",

@@ -208,6 +208,7 @@ LEAK_SETTINGS = {
     "worked": (_worked_key, [{}, {"min_terms": 3, "max_terms": 5, "max_number": 5}]),
     "lookup": (_lookup_key, [{}, {"hops": 2}, {"tools": False}]),
     "guess_number": (_game_key, [{}, {"high": 40}]),
+    "household": (lambda problem: problem.answer, [{}]),  # the game id: task type and seed
 }
 
 

@@ -1,0 +1,137 @@
+"""Household games in ALFWorld's command language: an embedded stand-in for 08-alfworld.
+
+Each problem is one game of `rlvr.envs.household` (docs/household.md): the prompt is
+ALFWorld's opening observation and goal ending with ``>``; the policy writes one command
+per turn (`` go to fridge 1\\n``) and reads the observation; the game ends won or after
+``max_steps`` commands. The problem's answer is the game id (``<task type>/<seed>``), from
+which the verifier and `won_minus_invalid` rebuild the game and replay the trajectory's
+text. The target is the expert walkthrough with its observations (a warm start leaves the
+observations out of its loss: `observation_spans`).
+
+Scoring: correct when the replayed game is won. The lab's reward, ``won − 0.1·invalid``,
+is the reward function ``rlvr.tasks.household:won_minus_invalid``.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from typing import Any
+
+from rlvr.checks import check_int
+from rlvr.envs.budgets import EpisodeBudgets
+from rlvr.envs.household import (
+    TASK_TYPES,
+    HouseholdEnvironment,
+    game_from_id,
+    make_game,
+    prompt_text,
+    replay_text,
+    walkthrough,
+)
+from rlvr.envs.household.environment import observation_text
+from rlvr.envs.household.world import World
+from rlvr.tasks.base import Draft, Problem, SyntheticTask, alphabet_of
+from rlvr.verify import Verdict
+
+
+class HouseholdTask(SyntheticTask):
+    """Win a generated household game within `max_steps` commands."""
+
+    name = "household"
+
+    def __init__(
+        self,
+        task_types: list[str] | None = None,
+        max_steps: int = 50,
+        seed: int = 0,
+        train_size: int = 2000,
+        dev_size: int = 100,
+        eval_size: int = 200,
+        max_observation_tokens: int = 512,
+        max_turn_tokens: int | None = 48,
+        env_errors: str = "drop",
+    ) -> None:
+        """
+        Args:
+            task_types: ALFWorld task types to draw from (None: all six, `TASK_TYPES`).
+            max_steps: commands before the game is lost, 1 to 200 (08-alfworld: 50).
+            seed, train_size, dev_size, eval_size: as for arithmetic; a game (task type,
+                game seed) is never in two splits.
+            max_observation_tokens: 512 holds the longest observation (a room's opening
+                look) whole, so `replay_text` reads every observation back.
+            max_turn_tokens: tokens of one command (the longest is under 48 characters).
+            env_errors: as for calculator.
+        """
+        super().__init__(seed, train_size, dev_size, eval_size)
+        self.task_types = tuple(task_types or TASK_TYPES)
+        for i, kind in enumerate(self.task_types):
+            if kind not in TASK_TYPES:
+                raise ValueError(
+                    f"task_types[{i}] is {kind!r}; valid task types are {', '.join(TASK_TYPES)}"
+                )
+        self.max_steps = check_int("max_steps", max_steps, 1, 200)
+        self.episode_budgets = EpisodeBudgets(
+            max_turns=max_steps + 1,  # the environment hears the last command (and ends)
+            max_tool_calls=max_steps,
+            max_observation_tokens=max_observation_tokens,
+            max_turn_tokens=max_turn_tokens,
+            env_errors=env_errors,
+        )
+
+    def environment(self, problem: Problem) -> Any:
+        return HouseholdEnvironment(game_from_id(problem.answer), self.max_steps)
+
+    def sample(self, rng: random.Random) -> Draft:
+        task_type, seed = rng.choice(self.task_types), rng.randint(0, 999_999)
+        game = make_game(seed, task_type)
+        return Draft(game.game_id, prompt_text(game), game.game_id, walkthrough_text(game))
+
+    def observation_spans(self, target: str) -> list[tuple[int, int]]:
+        """Character spans of the observations in a target (each from after a command's
+        newline to its ``>`` or the end): the warm start leaves them out of its loss."""
+        spans, position = [], 0
+        while (end := target.find("\n", position)) >= 0:
+            mark = target.find(">", end)
+            spans.append((end + 1, len(target) if mark < 0 else mark + 1))
+            position = len(target) if mark < 0 else mark + 1
+        return spans
+
+    def check(self, problem: Problem, completion: str) -> Verdict:
+        outcome = replay_text(game_from_id(problem.answer), completion, self.max_steps)
+        reason = (
+            f"won in {outcome.steps} steps, {outcome.invalid} invalid"
+            if outcome.won
+            else f"not won after {outcome.steps} steps, {outcome.invalid} invalid"
+        )
+        return Verdict(outcome.won, outcome.steps > 0, str(outcome.steps), reason=reason)
+
+    @property
+    def longest_target_chars(self) -> int:
+        return max(
+            len(p.target) for split in ("train", "dev", "eval") for p in self.problems(split)
+        )
+
+    @property
+    def alphabet(self) -> str:
+        return alphabet_of(string.ascii_letters, string.digits, " .,:/-!='>\n")
+
+
+def walkthrough_text(game: Any) -> str:
+    """The expert's play as an episode's text: `` command\\n`` then the observation."""
+    world, text, plan = World(game), "", walkthrough(game)
+    for i, action in enumerate(plan):
+        observation, _ = world.step(action)
+        text += f" {action}\n" + observation_text(observation, done=i == len(plan) - 1)
+    return text
+
+
+def won_minus_invalid(
+    prompts: list[str], completions: list[str], reference: list[str], **_: Any
+) -> list[float]:
+    """08-alfworld's reward, ``won − 0.1·invalid_actions``, replayed from each trajectory's
+    text (the reference is the game id)."""
+    return [
+        replay_text(game_from_id(ref), text).reward
+        for text, ref in zip(completions, reference, strict=True)
+    ]
