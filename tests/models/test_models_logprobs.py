@@ -4,6 +4,13 @@ import math
 
 import pytest
 import torch
+from rounding_testlib import (
+    RANDOM_LOGIT_SCALE,
+    bf16_logprob_atol,
+    forward_terms,
+    logprob_atol,
+    reorder_atol,
+)
 
 from rlvr.models import (
     build_tiny_policy,
@@ -44,14 +51,19 @@ def test_matches_unpadded_per_row_forward(model):
         row = torch.tensor([prompt + response_ids[b, :n].tolist()])
         logits = model(row).logits[0, len(prompt) - 1 : -1].float() / 0.7  # predicts response
         expected = logits.log_softmax(-1).gather(-1, response_ids[b, :n, None])[:, 0]
-        torch.testing.assert_close(got[b, :n], expected, atol=1e-5, rtol=0)
+        # A padded batch and one unpadded row add in other orders: τ / 0.7 (rounding_testlib)
+        tau = logprob_atol(model.config) / 0.7
+        torch.testing.assert_close(got[b, :n], expected, atol=tau, rtol=0)
         assert (got[b, n:] == 0).all()
 
 
 def test_entropy_is_bounded_and_masked(model):
     lp, entropy = response_logprobs(model, *batch(), pad_id=PAD, return_entropy=True)
     assert lp.shape == entropy.shape == (3, 3)
-    assert (entropy >= 0).all() and (entropy <= math.log(20) + 1e-5).all()
+    # H = logsumexp(z) − Σ p·z ≤ log 20 exactly; in float32 each sum of 20 terms rounds by
+    # ≤ 20·ε of its terms' size (|z| ≤ RANDOM_LOGIT_SCALE): reorder_atol(2·20, M).
+    slack = reorder_atol(2 * 20, RANDOM_LOGIT_SCALE)
+    assert (entropy >= 0).all() and (entropy <= math.log(20) + slack).all()
     assert entropy[1, 2] == 0
 
 
@@ -70,7 +82,10 @@ def test_fp32_head_on_a_bf16_model(model):
     for fp32_head in (True, False):
         lp = response_logprobs(bf16, *batch(), pad_id=PAD, fp32_head=fp32_head)
         assert lp.dtype == torch.float32
-        torch.testing.assert_close(lp, reference, atol=0.1, rtol=0)
+        # bf16 weights and activations against float32: each stage rounds to bf16 at most
+        # once more than the float32 model (rounding_testlib.bf16_logprob_atol: 0.44 here).
+        atol = bf16_logprob_atol(model.config)
+        torch.testing.assert_close(lp, reference, atol=atol, rtol=0)
 
 
 def test_bad_inputs_speak():
@@ -91,7 +106,8 @@ def test_pack_trims_columns_no_row_needs(model):
     assert ids.shape == (3, 6) and attention.tolist()[1] == [1, 1, 1, 0, 0, 0]
     got = response_logprobs(model, prompt_ids, wide_ids, wide_mask, PAD)
     narrow = response_logprobs(model, prompt_ids, response_ids, response_mask, PAD)
-    torch.testing.assert_close(got[:, :3], narrow, atol=1e-6, rtol=0)
+    # Other widths, other kernels: within τ (rounding_testlib.logprob_atol).
+    torch.testing.assert_close(got[:, :3], narrow, atol=logprob_atol(model.config), rtol=0)
     assert (got[:, 3:] == 0).all()
 
 
@@ -106,11 +122,14 @@ def test_gathered_logprobs_and_chunked_entropy_equal_the_full_log_softmax(monkey
     expected_h = -(full.exp() * full).sum(-1)
     monkeypatch.setattr(lp, "CHUNK_VALUES", 40 * 4)  # 4 positions per chunk: 15 = 4+4+4+3
     got_lp, got_h = lp.gathered_logprobs(logits, targets), lp.chunked_entropy(logits)
-    torch.testing.assert_close(got_lp, expected_lp, atol=1e-5, rtol=0)
-    torch.testing.assert_close(got_h, expected_h, atol=1e-5, rtol=0)
+    # Each value (and its gradient) comes from sums over the 40 logits, |z| ≤ max|z|, added
+    # in other orders chunked and whole: reorder_atol(40, max|z|) (rounding_testlib.py).
+    atol = reorder_atol(40, logits.abs().max().item())
+    torch.testing.assert_close(got_lp, expected_lp, atol=atol, rtol=0)
+    torch.testing.assert_close(got_h, expected_h, atol=atol, rtol=0)
     (grad_got,) = torch.autograd.grad((got_lp.sum() + got_h.sum()), logits)
     (grad_exp,) = torch.autograd.grad((expected_lp.sum() + expected_h.sum()), logits)
-    torch.testing.assert_close(grad_got, grad_exp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(grad_got, grad_exp, atol=atol, rtol=0)
 
 
 def _vocab_sized_outputs(vocab, hidden):
@@ -166,14 +185,21 @@ def test_chunked_head_equals_the_whole_head_and_never_holds_all_logits(monkeypat
     with spy:
         chunked = _logprobs_entropy_and_grads(model, 8)
     assert spy.numel == 3 * 20
-    torch.testing.assert_close(chunked[0], whole[0], atol=1e-5, rtol=0)
-    torch.testing.assert_close(chunked[1], whole[1], atol=1e-5, rtol=0)
+    # Chunks of 3 positions and the whole head add in other orders (rounding_testlib.py):
+    # log-probs of logits / 0.7 within τ / 0.7, entropies within 2·H·τ / 0.7 ≤ 2·log 20·τ/0.7;
+    # a gradient element sums one term per position (48) through the forward's chain of
+    # additions, M = the tensor's largest |gradient|.
+    tau = logprob_atol(config) / 0.7
+    torch.testing.assert_close(chunked[0], whole[0], atol=tau, rtol=0)
+    torch.testing.assert_close(chunked[1], whole[1], atol=2 * math.log(20) * tau, rtol=0)
     assert chunked[0][1, 4:].eq(0).all() and chunked[1][1, 4:].eq(0).all()
+    terms = 8 * 6 + forward_terms(config)
     for name, grad in whole[2].items():
-        torch.testing.assert_close(chunked[2][name], grad, atol=1e-5, rtol=1e-4, msg=name)
+        atol = reorder_atol(terms, grad.abs().max().item())
+        torch.testing.assert_close(chunked[2][name], grad, atol=atol, rtol=0, msg=name)
     with torch.no_grad():  # the reference and old-policy forwards: chunked, no recompute
         ref = response_logprobs(model, [[5, 6, 7], [8, 9]] * 4, *_ids_and_mask(8), PAD, 0.7)
-    torch.testing.assert_close(ref, chunked[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(ref, chunked[0], atol=tau, rtol=0)
 
 
 def _ids_and_mask(rows):

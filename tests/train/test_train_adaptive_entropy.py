@@ -13,6 +13,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from local_model import local_trainer
 from resume_testlib import weights, without_time
+from rounding_testlib import logprob_atol
 
 from rlvr.algo.entropy_control import adaptive_entropy
 from rlvr.runlog.logger import read_metrics
@@ -146,6 +147,9 @@ def test_two_ranks_follow_the_all_rank_entropy(small_config, tmp_path, parallel)
     for rank in (0, 1):
         metrics, state = torch.load(f"{tmp_path / 'rank'}.{rank}", weights_only=False)
         assert metrics["loss/entropy_coef"] == 0.04
-        assert metrics["loss/entropy"] == pytest.approx(expected["loss/entropy"], rel=1e-5)
+        # Each rank's forward adds in other orders than one process's: an entropy (and the
+        # bonus c·H) moves by ≤ 2·H·τ (rounding_testlib.StepBounds).
+        rel = 2 * logprob_atol(one.model.config)
+        assert metrics["loss/entropy"] == pytest.approx(expected["loss/entropy"], rel=rel)
         assert state["coef"] == one.entropy_control.coef == 0.05
-        assert state["last_entropy"] == pytest.approx(expected["policy/entropy"], rel=1e-5)
+        assert state["last_entropy"] == pytest.approx(expected["policy/entropy"], rel=rel)

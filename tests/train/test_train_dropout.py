@@ -4,8 +4,11 @@ on-policy step would be dropout noise instead of exactly 1."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 from local_model import local_trainer
+from rounding_testlib import logprob_atol
 
 from rlvr.models import response_logprobs
 from rlvr.models.modes import checkpointing
@@ -35,7 +38,10 @@ def test_on_policy_ratio_is_exactly_one_with_a_dropout_model(tmp_path):
     trainer = dropout_trainer(tmp_path, recipe="ppo")
     metrics = trainer.train_step()
     assert metrics["train/update_skipped"] == 0.0
-    assert abs(metrics["clip/ratio_mean"] - 1.0) < 1e-6
+    # π_old's no-grad forward and the training forward add in other orders (other batch
+    # shapes): ρ within e^τ − 1 of 1 (rounding_testlib.py), far inside the clip range;
+    # dropout left on would move it by tenths.
+    assert abs(metrics["clip/ratio_mean"] - 1.0) <= math.expm1(logprob_atol(trainer.model.config))
     assert metrics["clip/frac"] == 0.0
     assert not trainer.model.training and not trainer.critic.training
 
