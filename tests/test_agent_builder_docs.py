@@ -47,10 +47,13 @@ def here(tmp_path, monkeypatch):
     (tmp_path / "user_envs.py").write_text(block("python", "class GuessNumber"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(ROOT / "tests"))])
-    for name in ("mypkg", "mypkg.losses", "user_envs"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
+    names = ("mypkg", "mypkg.losses", "user_envs")
+    saved = {name: sys.modules.pop(name) for name in names if name in sys.modules}
     importable_here()
-    return tmp_path
+    yield tmp_path
+    for name in names:  # the page's user_envs must not stand in for tests/user_envs.py
+        sys.modules.pop(name, None)
+    sys.modules.update(saved)
 
 
 def test_the_training_command_runs_as_written_from_the_users_directory(here, capsys):

@@ -166,7 +166,11 @@ class Watched(Environment):
         """`origin`: the user's class, where a failure without a frame of the user's code
         is shown to come from (an isolated environment's, or a wrong return value)."""
         self.inner, self.notices, self.origin = inner, notices, origin
-        self.stop = inner.stop
+
+    @property
+    def stop(self) -> tuple[str, ...]:  # type: ignore[override]
+        """The wrapped environment's, read each turn (it may set them in `reset`)."""
+        return self.inner.stop
 
     def __getattr__(self, name: str) -> Any:
         if name == "inner":  # not set yet (unpickling): no recursion
