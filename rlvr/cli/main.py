@@ -36,7 +36,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    importable_here()
+    added = importable_here()
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command).parse_args(argv)
     args.argv = argv
@@ -45,16 +45,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `rlvr ... | head`: the reader left, which is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        if added in sys.path:  # main called in-process (tests, notebooks) leaves no trace
+            sys.path.remove(added)
 
 
-def importable_here() -> None:
+def importable_here() -> str | None:
     """Modules in the current directory are importable (`environment: my_envs:Game`,
     `reward_funcs: [my_rewards:brevity]`), as under `python -m rlvr`: the `rlvr` script's
     own sys.path starts at its bin directory. Spawned workers (`rlvr compare --jobs`)
-    inherit the path."""
+    inherit the path. Returns the directory added (None: it was there)."""
     here = os.getcwd()
-    if "" not in sys.path and here not in sys.path:
-        sys.path.insert(0, here)
+    if "" in sys.path or here in sys.path:
+        return None
+    sys.path.insert(0, here)
+    return here
 
 
 if __name__ == "__main__":
