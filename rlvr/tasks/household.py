@@ -44,11 +44,12 @@ class HouseholdTask(SyntheticTask):
         self,
         task_types: list[str] | None = None,
         max_steps: int = 50,
+        show_admissible: bool = False,
         seed: int = 0,
         train_size: int = 2000,
         dev_size: int = 100,
         eval_size: int = 200,
-        max_observation_tokens: int = 512,
+        max_observation_tokens: int | None = None,
         max_turn_tokens: int | None = 48,
         env_errors: str = "drop",
     ) -> None:
@@ -56,10 +57,13 @@ class HouseholdTask(SyntheticTask):
         Args:
             task_types: ALFWorld task types to draw from (None: all six, `TASK_TYPES`).
             max_steps: commands before the game is lost, 1 to 200 (08-alfworld: 50).
+            show_admissible: list the admissible commands after every observation and in
+                the prompt, as 08-alfworld's `include_admissible_actions` (its default).
             seed, train_size, dev_size, eval_size: as for arithmetic; a game (task type,
                 game seed) is never in two splits.
-            max_observation_tokens: 512 holds the longest observation (a room's opening
-                look) whole, so `replay_text` reads every observation back.
+            max_observation_tokens: None: 512, or 1024 with `show_admissible`, which hold
+                the longest observation whole (under 512 and 900 characters), so
+                `replay_text` reads every observation back.
             max_turn_tokens: tokens of one command (the longest is under 48 characters).
             env_errors: as for calculator.
         """
@@ -71,6 +75,11 @@ class HouseholdTask(SyntheticTask):
                     f"task_types[{i}] is {kind!r}; valid task types are {', '.join(TASK_TYPES)}"
                 )
         self.max_steps = check_int("max_steps", max_steps, 1, 200)
+        if not isinstance(show_admissible, bool):
+            raise ValueError(f"show_admissible must be true or false, got {show_admissible!r}")
+        self.show_admissible = show_admissible
+        if max_observation_tokens is None:
+            max_observation_tokens = 1024 if show_admissible else 512
         self.episode_budgets = EpisodeBudgets(
             max_turns=max_steps + 1,  # the environment hears the last command (and ends)
             max_tool_calls=max_steps,
@@ -80,12 +89,15 @@ class HouseholdTask(SyntheticTask):
         )
 
     def environment(self, problem: Problem) -> Any:
-        return HouseholdEnvironment(game_from_id(problem.answer), self.max_steps)
+        game = game_from_id(problem.answer)
+        return HouseholdEnvironment(game, self.max_steps, self.show_admissible)
 
     def sample(self, rng: random.Random) -> Draft:
         task_type, seed = rng.choice(self.task_types), rng.randint(0, 999_999)
         game = make_game(seed, task_type)
-        return Draft(game.game_id, prompt_text(game), game.game_id, walkthrough_text(game))
+        prompt = prompt_text(game, self.show_admissible)
+        target = walkthrough_text(game, self.show_admissible)
+        return Draft(game.game_id, prompt, game.game_id, target)
 
     def observation_spans(self, target: str) -> list[tuple[int, int]]:
         """Character spans of the observations in a target (each from after a command's
@@ -117,12 +129,13 @@ class HouseholdTask(SyntheticTask):
         return alphabet_of(string.ascii_letters, string.digits, " .,:/-!='>\n")
 
 
-def walkthrough_text(game: Any) -> str:
+def walkthrough_text(game: Any, show_admissible: bool = False) -> str:
     """The expert's play as an episode's text: `` command\\n`` then the observation."""
     world, text, plan = World(game), "", walkthrough(game)
     for i, action in enumerate(plan):
         observation, _ = world.step(action)
-        text += f" {action}\n" + observation_text(observation, done=i == len(plan) - 1)
+        shown = world.admissible() if show_admissible else None
+        text += f" {action}\n" + observation_text(observation, i == len(plan) - 1, shown)
     return text
 
 

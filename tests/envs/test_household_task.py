@@ -36,8 +36,9 @@ def play(task, problem, first_turns: list[str]):
     return gen.texts[0], gen.episodes[0]
 
 
-def test_the_walkthrough_wins_an_episode_with_reward_1():
-    task = make_task("household", **SIZES)
+@pytest.mark.parametrize("show_admissible", [False, True])
+def test_the_walkthrough_wins_an_episode_with_reward_1(show_admissible):
+    task = make_task("household", show_admissible=show_admissible, **SIZES)
     for problem in task.problems("train")[:6]:
         text, episode = play(task, problem, [])
         assert text == problem.target  # the target is the walkthrough's own episode
@@ -45,6 +46,8 @@ def test_the_walkthrough_wins_an_episode_with_reward_1():
         assert episode.turn_reward == 1.0  # won, no invalid command
         assert task.verify(problem, text).correct
         assert won_minus_invalid([problem.prompt], [text], [problem.answer]) == [1.0]
+        assert ("\nAdmissible commands: " in text) == show_admissible
+        assert episode.observations_cut == 0
 
 
 def test_an_invalid_command_costs_a_tenth():
@@ -100,8 +103,9 @@ def test_the_splits_are_disjoint_and_prompts_state_the_goal():
     assert {p.answer.split("/")[0] for p in task.problems("train")} == set(task.task_types)
 
 
-def test_observation_spans_leave_exactly_the_commands():
-    task = make_task("household", **SIZES)
+@pytest.mark.parametrize("show_admissible", [False, True])
+def test_observation_spans_leave_exactly_the_commands(show_admissible):
+    task = make_task("household", show_admissible=show_admissible, **SIZES)
     problem = task.problems("dev")[0]
     target, kept, start = problem.target, "", 0
     for begin, end in task.observation_spans(target):
@@ -116,3 +120,5 @@ def test_task_types_are_checked_by_name():
     )
     with pytest.raises(ValueError, match=r"task_types\[1\] is 'heat'; valid task types are"):
         make_task("household", task_types=["look_at_obj_in_light", "heat"])
+    with pytest.raises(ValueError, match="show_admissible must be true or false, got 'yes'"):
+        make_task("household", show_admissible="yes")

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from rlvr.envs.household import TASK_TYPES, Game, Goal, World, make_game, replay, walkthrough
+from rlvr.envs.household.environment import observation_text
 from rlvr.envs.household.games import game_from_id, intro
 
 HEAT = "pick_heat_then_place_in_recep"
@@ -139,9 +140,13 @@ def test_every_generated_game_is_won_by_its_walkthrough(task_type):
         assert len(plan) <= 50, game.game_id  # within 08-alfworld's max_steps
         for action in plan:
             # Every observation reachable in one command fits the task's observation
-            # budget (512 tokens; one character is one token of the embedded tokenizer).
+            # budget (512 tokens, 1024 with the admissible commands shown; one character
+            # is one token of the embedded tokenizer, fewer for a subword one).
             for command in world.admissible():
-                assert len(World(game, world.state).step(command)[0]) < 512, command
+                after = World(game, world.state)
+                observation = after.step(command)[0]
+                assert len(observation) < 512, command
+                assert len(observation_text(observation, False, after.admissible())) < 1024
             world.step(action)
         assert world.won() and world.state.invalid == 0
 

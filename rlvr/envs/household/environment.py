@@ -24,6 +24,7 @@ from rlvr.envs.household.world import Game, World
 INVALID_PENALTY = 0.1
 """Reward lost per invalid command (08-alfworld's INVALID_ACTION_PENALTY)."""
 PROMPT_MARK = ">"
+ADMISSIBLE = "Admissible commands: "
 LONGEST_SKIP = 64
 """Characters a sampled token may run past the newline that ended its turn (a byte-level
 token such as ``\\n\\n``); `replay_text` looks that far for the observation."""
@@ -34,14 +35,21 @@ def canonical(turn: str) -> str:
     return " ".join(turn.strip().lower().split())
 
 
-def prompt_text(game: Game) -> str:
-    """The episode's prompt: the opening observation, the goal, and the first ``>``."""
-    return f"{intro(game)}\n{PROMPT_MARK}"
+def prompt_text(game: Game, show_admissible: bool = False) -> str:
+    """The episode's prompt: the opening observation, the goal, and the first ``>`` (after
+    the admissible commands, when shown)."""
+    admissible = World(game).admissible() if show_admissible else None
+    return observation_text(intro(game), False, admissible)
 
 
-def observation_text(observation: str, done: bool) -> str:
-    """What follows a command: the observation, then ``\\n>`` unless the episode ended."""
-    return observation if done else f"{observation}\n{PROMPT_MARK}"
+def observation_text(observation: str, done: bool, admissible: list[str] | None = None) -> str:
+    """What follows a command: the observation, then (as 08-alfworld's
+    `include_admissible_actions`) the admissible commands if given, then ``\\n>``; only
+    the observation when the episode ended."""
+    if done:
+        return observation
+    shown = "" if admissible is None else f"\n{ADMISSIBLE}{', '.join(admissible)}"
+    return f"{observation}{shown}\n{PROMPT_MARK}"
 
 
 class HouseholdEnvironment(Environment):
@@ -49,15 +57,16 @@ class HouseholdEnvironment(Environment):
 
     stop = ("\n",)
 
-    def __init__(self, game: Game, max_steps: int = 50) -> None:
-        self.world, self.max_steps = World(game), max_steps
+    def __init__(self, game: Game, max_steps: int = 50, show_admissible: bool = False) -> None:
+        self.world, self.max_steps, self.show_admissible = World(game), max_steps, show_admissible
 
     def step(self, turn: str) -> Reply:
         action = canonical(turn)
         observation, valid = self.world.step(action)
         won = self.world.won()
         done = won or self.world.state.steps >= self.max_steps
-        text = observation_text(observation, done)
+        shown = self.world.admissible() if self.show_admissible else None
+        text = observation_text(observation, done, shown)
         # A turn cut by its token budget hears no newline: add it, so the text reads as
         # if the policy had ended the turn (`replay_text` depends on it).
         text = text if turn.endswith("\n") else "\n" + text
@@ -96,10 +105,21 @@ def replay_text(game: Game, completion: str, max_steps: int | None = None) -> Ou
         observation, _ = world.step(action)
         actions.append(action)
         done = world.won() or world.state.steps >= limit
-        expected = observation_text(observation, done)
-        found = completion.find(expected, end + 1, end + 1 + LONGEST_SKIP + len(expected))
-        if found < 0:
+        position = _after_observation(completion, end + 1, observation, done, world)
+        if position < 0:
             break  # the observation was cut: the trajectory ends inside it
-        position = found + len(expected)
     s = world.state
     return Outcome(world.won(), s.invalid, s.steps, tuple(actions))
+
+
+def _after_observation(
+    completion: str, start: int, observation: str, done: bool, world: World
+) -> int:
+    """Where the observation that should follow `start` ends (with or without the
+    admissible commands shown), or -1 when it is not there whole."""
+    for shown in (None, world.admissible()):
+        expected = observation_text(observation, done, shown)
+        found = completion.find(expected, start, start + LONGEST_SKIP + len(expected))
+        if found >= 0:
+            return found + len(expected)
+    return -1
