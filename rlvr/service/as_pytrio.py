@@ -26,7 +26,7 @@ import sys
 import threading
 from pathlib import Path
 
-from rlvr.service.pytrio_runs import LocalTrio
+from rlvr.service.pytrio.runs import LocalTrio
 
 PROFILE = "rlvr-local"
 API_KEY = "rlvr-local"
@@ -58,7 +58,7 @@ def model_map(pairs: list[str]) -> dict[str, str]:
 
 def start(options: argparse.Namespace, port: int):
     try:
-        from rlvr.service.pytrio_http import Server
+        from rlvr.service.pytrio.http import Server
     except ImportError as err:  # msgpack, from the pytrio extra
         raise ValueError(
             f"the local PyTRIO server needs: pip install 'rlvr[pytrio]' ({err})"

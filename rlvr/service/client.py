@@ -18,8 +18,8 @@ from rlvr.models.load import EMBEDDED, load_pretrained
 from rlvr.models.modes import dropout_off
 from rlvr.models.policy_options import PolicyOptions
 from rlvr.models.tokenizer import Tokenizer
+from rlvr.parts import ENGINES, make_engine
 from rlvr.rollout.base import RolloutEngine
-from rlvr.rollout.hf_engine import HFEngine
 from rlvr.service.lora import LoraShape
 from rlvr.service.registry import CheckpointRegistry, is_uri, state_path
 from rlvr.service.sampling import SamplingClient
@@ -30,7 +30,6 @@ from rlvr.tasks.registry import TASKS
 from rlvr.warmstart.load import load_policy
 
 DEFAULT_TASK = "arithmetic"
-ENGINES = ("hf", "vllm")
 # transformers' from_pretrained builds on the meta device and is not safe to run from two
 # threads at once ("Cannot copy out of meta tensor"): clients are made one at a time.
 LOADING = threading.Lock()
@@ -143,11 +142,7 @@ class ServiceClient:
         )
 
     def _engine(self, model: torch.nn.Module, tokenizer: Tokenizer) -> RolloutEngine:
-        if self.engine == "vllm":  # vLLM is imported only when chosen
-            from rlvr.rollout.vllm_engine import VLLMEngine
-
-            return VLLMEngine.create(model, tokenizer, **self.engine_options)
-        return HFEngine(model, tokenizer)
+        return make_engine(model, tokenizer, self.engine, self.engine_options)  # rlvr.parts
 
     def _load(self, base_model: str, lora: LoraShape | None) -> tuple[torch.nn.Module, Tokenizer]:
         with LOADING:

@@ -35,8 +35,8 @@ from pytrio.protocol.control.training_run.renew import TrainingRunRenewResponse
 from pytrio.protocol.control.training_run.update import TrainingRunUpdateResponse
 from pytrio.types.optim_step.optim_step_response import OptimStepResponse
 
-from rlvr.service.pytrio_http import Server
-from rlvr.service.pytrio_runs import LocalTrio
+from rlvr.service.pytrio.http import Server
+from rlvr.service.pytrio.runs import LocalTrio
 
 ALIAS = "tiny"
 SEEN: list[str] = []

@@ -39,8 +39,8 @@ from labtestlib import (
 
 from rlvr.service import ModelInput, SamplingParams
 from rlvr.service.as_pytrio import write_profile
-from rlvr.service.pytrio_http import Server
-from rlvr.service.pytrio_runs import LocalTrio
+from rlvr.service.pytrio.http import Server
+from rlvr.service.pytrio.runs import LocalTrio
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(lab_missing()), reason=lab_missing() or "")]
 URI = r"rlvr://\S+?/(?:state|sampler)\b"

@@ -13,8 +13,8 @@ import msgpack
 import pytest
 from hf_testlib import build_tiny_hf_model
 
-from rlvr.service.pytrio_http import Server
-from rlvr.service.pytrio_runs import LocalTrio
+from rlvr.service.pytrio.http import Server
+from rlvr.service.pytrio.runs import LocalTrio
 
 
 def files(folder: Path) -> dict[str, float]:

@@ -4,7 +4,7 @@ installed by `make setup` into .venv/pytrio-0.2.9): an SDK upgrade that changes 
 the server answers fails here, by name. Each version runs tests/lab/pytrio_roundtrip.py
 in its own Python, so the two never share a process.
 
-The pure conversions of pytrio_wire are checked by hand below.
+The pure conversions of rlvr.service.pytrio.wire are checked by hand below.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from hf_testlib import build_tiny_hf_model
 
-from rlvr.service import pytrio_wire as wire
+from rlvr.service.pytrio import wire
 
 REPO = Path(__file__).parents[2]
 VERSIONS = {"0.2.8": None, "0.2.9": REPO / ".venv" / "pytrio-0.2.9"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rlvr.service.pytrio_wire import WireError, field
+from rlvr.service.pytrio.wire import WireError, field
 from rlvr.service.types import ModelInput, SampledSequence, SamplingParams
 
 FIELDS = {

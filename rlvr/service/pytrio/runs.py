@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr.service import pytrio_wire as wire
 from rlvr.service.client import ServiceClient
-from rlvr.service.pytrio_chat import chat_request, chat_response
+from rlvr.service.pytrio import wire
+from rlvr.service.pytrio.chat import chat_request, chat_response
 from rlvr.service.registry import CheckpointRegistry, is_uri
 from rlvr.service.sampling import SamplingClient
 from rlvr.service.training import TrainingClient

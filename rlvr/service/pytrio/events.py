@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlvr.service.pytrio_wire import Envelope, WireError, event_response
+from rlvr.service.pytrio.wire import Envelope, WireError, event_response
 
 KEEP = 4096  # finished events kept for polling, oldest dropped first
 MAX_WAIT = 20.0  # seconds a poll waits, under the SDK's 65 s poll timeout

@@ -21,9 +21,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import msgpack
 
-from rlvr.service import pytrio_wire as wire
-from rlvr.service.pytrio_events import EventQueue
-from rlvr.service.pytrio_runs import LocalTrio
+from rlvr.service.pytrio import wire
+from rlvr.service.pytrio.events import EventQueue
+from rlvr.service.pytrio.runs import LocalTrio
 
 HOST = "127.0.0.1"
 MAX_BODY = 256 << 20  # bytes; a bigger request is refused before it is read
@@ -90,7 +90,7 @@ class Handler(BaseHTTPRequestHandler):
         self._route("PATCH")
 
     def log_message(self, format: str, *args: Any) -> None:
-        pass  # one line per event is logged instead (pytrio_runs)
+        pass  # one line per event is logged instead (pytrio.runs)
 
     def _route(self, method: str) -> None:
         url = urlsplit(self.path)
