@@ -35,7 +35,9 @@ def test_two_training_forwards_of_the_same_weights_are_equal(tmp_path):
 def test_on_policy_ratio_is_exactly_one_with_a_dropout_model(tmp_path):
     # ppo computes π_old in a separate no-grad forward (the KL enters the reward), so with
     # dropout on the first training forward would disagree with it: ρ ≠ 1, clipped tokens.
-    trainer = dropout_trainer(tmp_path, recipe="ppo")
+    # The random policy gets every sum wrong; shorter is better gives the rewards variance,
+    # so the step runs its backward (a step of zero advantages skips it).
+    trainer = dropout_trainer(tmp_path, recipe="ppo", reward_funcs=["user_rewards:brevity"])
     metrics = trainer.train_step()
     assert metrics["train/update_skipped"] == 0.0
     # π_old's no-grad forward and the training forward add in other orders (other batch

@@ -144,8 +144,10 @@ class _AllCorrectAfterFirstStep:
 def test_a_fully_skipped_step_updates_like_no_skip(small_config):
     """AdamW still applies momentum on a step whose rows are all skipped (zero advantages):
     with and without the zero-advantage skip, every parameter takes that second step, and
-    from the same weights and AdamW moments the two updates are identical (the skip hands
-    AdamW zeros; without it, a loss of zero advantages backpropagates exact zeros)."""
+    from the same weights and AdamW moments the two updates are identical. Without
+    zero_adv_skip a step whose every advantage is 0 skips its backward as a whole
+    (train/backward_skipped; tests/train/test_train_zero_gradient_skip.py checks it against the
+    computed backward), so both hand AdamW zeros."""
     updates, start = {}, None
     for skip in (True, False):
         trainer = Trainer(small_config(recipe="gspo", zero_adv_skip=skip, lr=1e-3))
@@ -161,7 +163,7 @@ def test_a_fully_skipped_step_updates_like_no_skip(small_config):
         after_first = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
         trainer.task.calls = 1
         metrics = trainer.train_step()
-        assert metrics["train/skipped_rows"] == (16.0 if skip else 0.0)
+        assert metrics["train/skipped_rows"] == 16.0 and metrics["train/backward_skipped"] == 1.0
         steps = {int(st["step"]) for st in trainer.optimizer.state.values()}
         assert steps == {2}, f"skip={skip}: AdamW step counts {steps}"
         after = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
