@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from rlvr.checks import check_int
-from rlvr.models.cache import cache_root
+from rlvr.models.cache import cache_root, exclusive
 from rlvr.models.logprobs import response_logprobs
 from rlvr.models.quiet import quiet_transformers
 from rlvr.models.tiny import ATTN_IMPLEMENTATION, build_tiny_policy, tiny_qwen2_config
@@ -86,24 +86,10 @@ def warm_start(
     if (path / META_FILE).is_file():
         return _load_cached(path)
     # One process trains; concurrent ones (test workers, parallel compare cells) wait for it.
-    with _exclusive(path.parent.parent / "locks" / f"{path.name}.lock"):
+    with exclusive(path.parent.parent / "locks" / f"{path.name}.lock"):
         if (path / META_FILE).is_file():
             return _load_cached(path)
         return _train_and_cache(path, task_name, task_options, seed, settings, progress)
-
-
-@contextmanager
-def _exclusive(lock_path: Path) -> Iterator[None]:
-    """An advisory inter-process lock (fcntl) held for the duration of the block."""
-    import fcntl
-
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _train_and_cache(path, task_name, task_options, seed, settings, progress):
