@@ -285,6 +285,22 @@ def test_an_unknown_tool_name_with_tags_is_an_error_observation_not_the_answer(c
     assert record.calls == ["<calc>50*48</calc>"]
 
 
+def test_an_isolated_tool_environment_ends_the_turn_at_an_unknown_tool_too(user_modules):
+    # The same call through env_isolation: process: the worker's ToolEnvironment finds the
+    # unknown tool's closing tag, so the turn ends there and the call is answered with an
+    # error, never run on into the answer.
+    task = make_task("arithmetic", digits=2, ops="+")
+    attach_environment(task, None, {}, ["my_tools:convert"], {"env_isolation": "process"})
+    env = task.environment(task.problems("train")[0])
+    try:
+        assert env.stops_in("<calc>1+2</calc> \\boxed{3}") == ("</calc>",)
+        assert env.stops_in("\\boxed{3}") == ()
+        reply = env.step("<calc>1+2</calc>")
+        assert "error: no tool 'calc'; tools: convert" in reply.observation
+    finally:
+        env.close()
+
+
 def test_a_config_tool_env_says_the_first_unknown_call(user_modules, capsys):
     task = make_task("arithmetic", digits=2, ops="+")
     attach_environment(task, None, {}, ["my_tools:convert"], {})

@@ -139,6 +139,12 @@ class IsolatedEnvironment(Environment):
     def reset(self, problem: Any) -> None:
         self._exchange(("reset", problem), lambda value: None)
 
+    def stops_in(self, text: str) -> tuple[str, ...]:
+        """The stop strings the worker's environment finds in `text` (a `ToolEnvironment`:
+        the closing tag of a call to a tool it lacks, which must end the turn here too);
+        none for an environment without `stops_in`."""
+        return self._exchange(("stops_in", text), _stop_strings)
+
     def step(self, turn: str) -> Reply:
         reply = self._exchange(("step", turn), _reply)
         if reply.done:
@@ -317,6 +323,8 @@ def _silence() -> None:
 
 
 def _call(env: Environment | None, method: str, argument: Any) -> Any:
+    if method == "stops_in" and not hasattr(env, "stops_in"):
+        return ()
     return getattr(env, method)(argument)
 
 
@@ -349,6 +357,8 @@ def _encode(method: str, result: Any) -> Any:
         return plain
     if method == "step":
         return {"not_a_reply": type(result).__name__}
+    if method == "stops_in":
+        return list(result) if isinstance(result, list | tuple) else result
     return None
 
 
