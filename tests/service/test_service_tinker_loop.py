@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from rounding_testlib import assert_within, forward_terms, reorder_atol
 
 from rlvr.algo.loss import policy_loss
 from rlvr.algo.recipes import Recipe
@@ -131,8 +132,11 @@ def test_the_first_step_is_rlvrs_reinforce_sum(run):
     loss.backward()
     expected = [p.grad for p in model.parameters() if p.requires_grad]
     assert any(g.abs().max() > 0 for g in expected)
-    for got, want in zip(recorder.grads[0], expected, strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    # Both sides sum a weight's gradient over every response token and through the model's
+    # chain of sums, in other orders (other batch shapes): n·ε·max|g| apart at most.
+    grad_terms = mask.numel() + forward_terms(model.config)
+    for i, (got, want) in enumerate(zip(recorder.grads[0], expected, strict=True)):
+        assert_within(got, want, reorder_atol(grad_terms, want.abs().max().item()), f"grad {i}:")
 
 
 def test_as_tinker_runs_the_unmodified_script(tmp_path):
