@@ -89,11 +89,20 @@ def build_tiny_hf_model(
 ) -> Path:
     """Save a random 2-layer Qwen2 and its tokenizer to `directory`; returns it.
     `extra_texts` join the tokenizer's training texts (e.g. tool calls, for merges)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     texts = [r["question"] + " " + r["answer"] for r in gsm8k_rows(50)]
     texts += ["Please reason step by step, and put your final answer within \\boxed{}."] * 5
     tokenizer = build_tokenizer(texts + list(extra_texts), chat_template)
+    model = tiny_qwen2(tokenizer, max_positions=512, seed=seed)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def tiny_qwen2(tokenizer, max_positions: int, seed: int = 0):
+    """A random 2-layer, 32-wide Qwen2 over `tokenizer` (tied embeddings, no BOS), its
+    initial weights drawn from `seed` without moving the caller's RNG."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=32,
@@ -101,7 +110,7 @@ def build_tiny_hf_model(
         num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=1,
-        max_position_embeddings=512,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -109,7 +118,4 @@ def build_tiny_hf_model(
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
+        return Qwen2ForCausalLM(config)

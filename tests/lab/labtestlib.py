@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from hf_testlib import CHAT_TEMPLATE, SPECIAL
+from hf_testlib import CHAT_TEMPLATE, SPECIAL, tiny_qwen2
 
 REPO = Path(__file__).parents[2]
 LAB = Path(os.environ.get("RLVR_AGENTIC_RL_LAB", REPO.parent / "shared" / "agentic-rl-lab"))
@@ -100,9 +100,8 @@ def build_models(directory: Path) -> tuple[Path, Path]:
 
 
 def _build_raw(raw: Path) -> None:
-    import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import PreTrainedTokenizerFast
 
     texts = [m["content"] for m in FEWSHOT_01] + [RETOOL_SYSTEM, OPSD_TEXT, MEDICAL_TEXT]
     texts += [q + SUFFIX_01 for q in QUESTIONS] + [q + SUFFIX_DAPO for q in QUESTIONS]
@@ -121,22 +120,7 @@ def _build_raw(raw: Path) -> None:
         tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|pad|>"
     )
     tokenizer.chat_template = CHAT_TEMPLATE
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = Qwen2ForCausalLM(config)
+    model = tiny_qwen2(tokenizer, max_positions=2048, seed=0)
     model.save_pretrained(raw)
     tokenizer.save_pretrained(raw)
 
