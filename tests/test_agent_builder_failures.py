@@ -366,3 +366,23 @@ def test_the_eval_counts_episodes_whose_environment_failed(user_modules):
     assert (
         result.metrics["eval/env_failed_ci_low"] == result.metrics["eval/env_failed_ci_high"] == 1.0
     )
+
+
+def test_the_no_update_notice_is_one_clean_line(capsys):
+    """The trial's 'no policy update' came as `rlvr/train/run.py:239: UserWarning: …`
+    with a source line, in the middle of the bar: now one notice line, naming the cause
+    and the way to stop at the first failure."""
+    from types import SimpleNamespace
+
+    from rlvr.algo import get_recipe
+    from rlvr.train import no_update
+
+    cfg = SimpleNamespace(reward_errors="drop", reward_funcs=[])
+    metrics = {"rollout/generated_responses": 16.0, "env/failed_frac": 1.0}
+    no_update.say(no_update.explain(2, metrics, get_recipe("grpo"), cfg))
+    assert capsys.readouterr().err == (
+        "rlvr: warning: no policy update in the first 2 steps (train/update_skipped = 1 each "
+        "step): the environment failed on 100% of the episodes and their groups are left out "
+        "under episode.env_errors='drop' (env/failed_frac; the first failure is printed above, "
+        "and episode.env_errors: stop ends the run at it)\n"
+    )

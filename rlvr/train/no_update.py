@@ -1,8 +1,11 @@
 """Why a run has made no update: said once, early, instead of a run that "finishes"
-having trained nothing (every group filtered out, or every reward failed)."""
+having trained nothing (every group filtered out, or every reward failed). It is printed
+as the run's other notices are: one `rlvr: warning: …` line on stderr, above the progress
+bar (`say`), not as a Python warning with a source line."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 NO_UPDATE_STEPS = 5
@@ -29,7 +32,8 @@ def explain(step: int, metrics: dict[str, float], recipe: Any, cfg: Any) -> str:
     if broken:
         causes.append(
             f"the environment failed on {broken:.0%} of the episodes and their groups are left "
-            f"out under episode.env_errors='drop' (env/failed_frac)"
+            f"out under episode.env_errors='drop' (env/failed_frac; the first failure is "
+            f"printed above, and episode.env_errors: stop ends the run at it)"
         )
     if recipe.dynamic_sampling:
         key = recipe.dynamic_sampling_key
@@ -57,3 +61,10 @@ def explain(step: int, metrics: dict[str, float], recipe: Any, cfg: Any) -> str:
         f"no policy update in the first {step} steps (train/update_skipped = 1 each step): "
         + "; ".join(causes)
     )
+
+
+def say(text: str) -> None:
+    """`text` as one notice line on stderr, written above the progress bar."""
+    from tqdm import tqdm
+
+    tqdm.write(f"rlvr: warning: {text}", file=sys.stderr)

@@ -277,7 +277,7 @@ class _Run:
                 self._log_completions(step)
             self.totals.add(metrics)
             if no_update.due(step, cfg.steps, self.totals.skipped_updates):
-                warnings.warn(no_update.explain(step, metrics, trainer.recipe, cfg), stacklevel=2)
+                no_update.say(no_update.explain(step, metrics, trainer.recipe, cfg))
             budget = cfg.max_generated_tokens
             spent = self.totals.generated_tokens
             last = step == cfg.steps or (budget is not None and spent >= budget)

@@ -167,7 +167,7 @@ def _local_config(tmp_path, **overrides):
     return resolve_config(values)
 
 
-def test_a_run_whose_rewards_all_fail_says_why_it_made_no_update(tmp_path):
+def test_a_run_whose_rewards_all_fail_says_why_it_made_no_update(tmp_path, capsys):
     import json
 
     from rlvr.train.run import run_training
@@ -177,7 +177,13 @@ def test_a_run_whose_rewards_all_fail_says_why_it_made_no_update(tmp_path):
         summary = run_training(cfg)
     messages = [str(w.message) for w in caught]
     assert any("always_nan returned nan for completion 0" in m for m in messages)
-    why = [m for m in messages if m.startswith("no policy update in the first 2 steps")]
+    assert not any("no policy update" in m for m in messages)  # a notice, not a warning
+    # One line on stderr, as the run's other notices: no "UserWarning", no source line.
+    why = [
+        line
+        for line in capsys.readouterr().err.splitlines()
+        if line.startswith("rlvr: warning: no policy update in the first 2 steps")
+    ]
     assert len(why) == 1 and "reward functions failed on 8 of 8 responses" in why[0]
     assert summary["skipped_updates"] == 2
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
