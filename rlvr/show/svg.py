@@ -1,6 +1,6 @@
 """The run's curves as inline SVG: the panels of curves.png (rlvr/runlog/plots.py, one
 definition of what is drawn), each a polyline per metric, computed here from metrics.jsonl;
-for a multi-turn run the episodes' panels (`ENV_PANELS`) beside reward and accuracy.
+for a multi-turn run the episodes' panels (`rlvr.runlog.plots.ENV_PANELS`) beside reward and accuracy.
 `overlay_html` draws several runs (a comparison's cells) on shared panels."""
 
 from __future__ import annotations
@@ -23,16 +23,6 @@ COLORS = (
     "#bcbd22",
     "#17becf",
 )
-ENV_PANELS = (
-    ("episode turns and tool calls", ("env/turns", "env/tool_calls")),
-    (
-        "episode health (fractions)",
-        ("env/failed_frac", "env/tool_error_rate", "env/valid_call_rate", "env/ended_budget"),
-    ),
-    ("observation tokens per episode", ("env/observation_tokens",)),
-)
-"""Drawn when the run logged episodes (any `env/` metric): how many turns and calls, how
-often the environment, tools or budget failed them, what the environment said."""
 OVERLAY = (
     "eval/accuracy",
     "reward/mean",
@@ -114,24 +104,12 @@ def series(records: list[dict[str, Any]], key: str) -> tuple[list[float], list[f
     return list(xs), list(ys)
 
 
-def env_panels(records: list[dict[str, Any]]) -> dict[str, dict]:
-    """`ENV_PANELS` with the series the run logged ({} for a one-turn run)."""
-    if not any(k.startswith("env/") for r in records for k in r):
-        return {}
-    panels = {}
-    for title, keys in ENV_PANELS:
-        found = {key: series(records, key) for key in keys}
-        panels[title] = {key: points for key, points in found.items() if points}
-    return panels
-
-
 def curves_html(records: list[dict[str, Any]]) -> str:
     """Every panel of curves.png as inline SVG, the episodes' panels after accuracy and
     reward for a multi-turn run."""
     from rlvr.runlog.plots import panel_series
 
-    panels = list(panel_series(records).items())
-    panels[2:2] = env_panels(records).items()
+    panels = panel_series(records).items()  # the episodes' panels too, for a multi-turn run
     return '<div class="curves">' + "".join(panel_svg(t, s) for t, s in panels) + "</div>"
 
 

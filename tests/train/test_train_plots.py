@@ -54,3 +54,49 @@ def test_the_png_draws_the_series(tmp_path, monkeypatch):
     assert drawn["training reward"]["reward/mean"] == ([1, 2], [0.9, 1.4])
     assert set(drawn["training reward"]) == {"reward/mean", "reward/accuracy", "reward/format_rate"}
     assert drawn["clip fraction"] == {}  # no clip metrics: an empty panel, not an error
+
+
+ONE_TURN = [
+    "eval accuracy (held-out)",
+    "training reward",
+    "response length (tokens)",
+    "clip fraction",
+]
+EPISODES = [
+    "episode turns and tool calls",
+    "episode health (fractions)",
+    "observation tokens per episode",
+]
+
+
+def _agentic_records() -> list[dict]:
+    # The one-turn records plus one step of an environment's metrics (issue 42: the
+    # trial's failing Numberle runs had env/failed_frac 1.0 and no panel showed it).
+    records = _records()
+    records[1].update({"env/turns": 1.78, "env/failed_frac": 1.0, "env/tool_error_rate": 0.25})
+    return records
+
+
+def test_the_panels_depend_on_the_metrics_the_run_logged():
+    assert list(panel_series(_records())) == ONE_TURN  # no env/ metric: no episode panel
+    panels = panel_series(_agentic_records())
+    assert list(panels) == ONE_TURN[:2] + EPISODES + ONE_TURN[2:]  # beside reward, accuracy
+    assert panels["episode turns and tool calls"] == {"env/turns": ([1], [1.78])}
+    assert panels["episode health (fractions)"] == {
+        "env/failed_frac": ([1], [1.0]),
+        "env/tool_error_rate": ([1], [0.25]),
+    }
+    assert panels["observation tokens per episode"] == {}  # not logged: an empty panel
+
+
+def test_the_png_of_a_multi_turn_run_draws_the_episode_panels(tmp_path, monkeypatch):
+    titles = []
+    close = plt.close
+
+    def keep(fig):
+        titles.extend(ax.get_title() for ax in fig.axes)
+        close(fig)
+
+    monkeypatch.setattr(plt, "close", keep)
+    plot_run(_agentic_records(), tmp_path / "curves.png")
+    assert titles == ONE_TURN[:2] + EPISODES + ONE_TURN[2:]  # 7 axes: the 8th slot removed
