@@ -92,9 +92,10 @@ ROOMS: dict[str, set[str]] = {
     "envs": {"checks", "tools", "verify"},
     "tasks": {"checks", "envs", "tools", "verify"},
     "rewards": {"checks", "verify"},
-    "models": {"checks"},
-    "rollout": {"checks", "models", "envs", "tools", "verify"},
-    "warmstart": {"checks", "models", "rollout", "tasks", "verify"},
+    "vision": {"checks"},
+    "models": {"checks", "vision"},
+    "rollout": {"checks", "models", "envs", "tools", "verify", "vision"},
+    "warmstart": {"checks", "models", "rollout", "tasks", "verify", "vision"},
     "algo": {"checks"},
     "runlog": {"checks"},
     "parts": {"checks", "envs", "models", "rewards", "rollout", "tasks", "tools", "verify"}

@@ -18,6 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 from rlvr.models.fused_llama import shared_prefix_hidden, supports
 from rlvr.models.precision import full_precision
+from rlvr.vision.prompts import image_inputs
 
 SHARDED_HEAD = "rlvr_sharded_head"  # the attribute an FSDP-sharded policy carries
 
@@ -93,7 +94,8 @@ def response_hidden_states(
     pad_id: int,
 ) -> torch.Tensor:
     """Final hidden states (B, T, H) from which each response token is predicted: token t
-    of the response is predicted from the hidden state one column before it."""
+    of the response is predicted from the hidden state one column before it. Prompts that
+    show images (`rlvr.vision.ImagePrompt`) hand their pixels to the backbone too."""
     device = next(backbone.parameters()).device
     input_ids, attention_mask, starts = pack_prompt_response(
         prompt_ids, response_ids, response_mask, pad_id
@@ -105,6 +107,7 @@ def response_hidden_states(
         attention_mask=attention_mask.to(device),
         position_ids=position_ids.to(device),
         use_cache=False,
+        **{k: v.to(device) for k, v in image_inputs(prompt_ids).items()},  # {} for text
     ).last_hidden_state  # (B, L, H)
     cols = starts[:, None] - 1 + torch.arange(response_ids.shape[1])[None, :]
     # Columns past the packed width predict absent tokens only: any column will do.

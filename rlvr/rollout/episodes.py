@@ -39,6 +39,7 @@ from rlvr.rollout.kv_session import open_session
 from rlvr.rollout.stops import stop_end
 from rlvr.tools.special_tokens import control_tokens, neutralise
 from rlvr.verify.timeout import VerifierTimeout, alarm_usable, call_with_timeout
+from rlvr.vision.prompts import encode_image_problems
 
 
 @dataclass
@@ -336,6 +337,10 @@ def generate_for(
     """Responses to `problems`: one turn through `engine.generate`, or, for a task with
     `episode_budgets`, episodes with a fresh `task.environment(problem)` each."""
     budgets = getattr(task, "episode_budgets", None)
+    shows_images = any(getattr(p, "pixel_values", None) is not None for p in problems)
+    if budgets is None and shows_images:  # their pixels ride on the ids (rlvr.vision)
+        prompts = encode_image_problems(engine.tokenizer, problems)
+        return engine.generate_ids(prompts, params, generator)
     if budgets is None:
         return engine.generate([p.prompt for p in problems], params, generator)
 
@@ -344,7 +349,10 @@ def generate_for(
         env.reset(problems[i])
         return env
 
-    prompts = encode_prompts(engine.tokenizer, [p.prompt for p in problems])
+    if shows_images:
+        prompts = encode_image_problems(engine.tokenizer, problems)
+    else:
+        prompts = encode_prompts(engine.tokenizer, [p.prompt for p in problems])
     frame = getattr(task, "observation_frame", None)  # tools through the chat template
     return run_episodes(
         engine, engine.tokenizer, prompts, environment, params, budgets, generator, frame

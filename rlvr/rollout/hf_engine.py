@@ -11,6 +11,7 @@ distribution actually sampled from.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
 
@@ -23,6 +24,7 @@ from rlvr.models.logprobs import lm_head_logits
 from rlvr.models.tokenizer import Tokenizer
 from rlvr.rollout.base import Generation, SamplingParams, TextPrompts
 from rlvr.rollout.static_decode import StaticDecoder
+from rlvr.vision.prompts import image_inputs
 
 
 def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -170,20 +172,36 @@ class HFEngine(TextPrompts):
         try:
             with torch.no_grad():
                 input_ids, attention_mask = left_pad(prompts, pad, device)
-                decode = self._static.decode if self._static is not None else self._dynamic_decode
+                decode = self._decoder(prompts, device)
                 decode(input_ids, attention_mask, 1, steps, force, lambda _, s: s + 1 >= steps)
         finally:
             self.model.train(was_training)
         scored = torch.stack(logprobs, -1).cpu()  # (B, steps)
         return [scored[row, : len(ids)] for row, ids in enumerate(responses)]
 
-    def _next_logits(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
+    def _decoder(self, prompts: list[list[int]], device: torch.device):
+        """The decode loop for `prompts`: rlvr's lean loop or the model's own forward; only
+        the latter takes the pixels of prompts that show images (`rlvr.vision`)."""
+        images = {k: v.to(device) for k, v in image_inputs(prompts).items()}
+        if not images:
+            return self._static.decode if self._static is not None else self._dynamic_decode
+        if self._static is not None:
+            raise ValueError(
+                f"prompts show images but {type(self.model).__name__} decodes through "
+                f"rlvr's text-only lean loop; image prompts need a vision-language model"
+            )
+        return functools.partial(self._dynamic_decode, images=images)
+
+    def _next_logits(
+        self, input_ids, attention_mask, position_ids, cache, **images: torch.Tensor
+    ) -> torch.Tensor:
         hidden = self.model.base_model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
             use_cache=True,
             **{self._cache_kwarg: cache},
+            **images,  # the prefill's pixel_values; nothing for text (rlvr.vision)
         ).last_hidden_state[:, -1]  # (B, H)
         return lm_head_logits(self.model, hidden, self.fp32_head)  # (B, V) float32
 
@@ -196,24 +214,26 @@ class HFEngine(TextPrompts):
         device = next(self.model.parameters()).device
         group = params.group_size
         # A group shares its prompt: each prompt is prefilled once, its KV cache copied.
-        input_ids, attention_mask = left_pad(
-            prompt_ids[::group], self.tokenizer.pad_token_id, device
-        )
+        prompts = prompt_ids[::group]
+        input_ids, attention_mask = left_pad(prompts, self.tokenizer.pad_token_id, device)
         # A row stops at the model's context even when max_new_tokens would go past it.
         limits = response_limits(map(len, prompt_ids[::group]), params.max_new_tokens, self.context)
         sample, stop, logprobs, lengths = decode_callbacks(
             limits, params, generator, self.tokenizer.eos_token_id, device
         )
-        decode = self._static.decode if self._static is not None else self._dynamic_decode
+        decode = self._decoder(prompts, device)
         tokens = decode(input_ids, attention_mask, group, max(limits), sample, stop)
         return torch.stack(tokens, -1), torch.stack(logprobs, -1), lengths
 
-    def _dynamic_decode(self, input_ids, attention_mask, group, max_new_tokens, sample, stop):
+    def _dynamic_decode(
+        self, input_ids, attention_mask, group, max_new_tokens, sample, stop, images=None
+    ):
         """The generic path for any `transformers` causal LM: its own forward with a
-        `DynamicCache`. Same contract as `StaticDecoder.decode`."""
+        `DynamicCache`. Same contract as `StaticDecoder.decode`; `images` (the prompts'
+        `pixel_values`) go to the prefill, after which they live in the cache."""
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
-        logits = self._next_logits(input_ids, attention_mask, position_ids, cache)
+        logits = self._next_logits(input_ids, attention_mask, position_ids, cache, **(images or {}))
         logits = logits.repeat_interleave(group, 0)  # (B, V)
         cache.batch_repeat_interleave(group)
         attention_mask = attention_mask.repeat_interleave(group, 0)

@@ -34,6 +34,7 @@ from rlvr.models.context import response_limits
 from rlvr.models.fused_llama import STATIC_ROPE_TYPES
 from rlvr.rollout.base import Generation, SamplingParams
 from rlvr.rollout.hf_engine import HFEngine, decode_callbacks
+from rlvr.vision.prompts import image_inputs, image_tail, shared_prefix
 
 Cache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (B, Hkv, W, D)
 
@@ -119,7 +120,12 @@ class KVSession:
             0 if r is None else min(_common_length(self.ids[r], p), len(p) - 1)
             for p, r in zip(prompts, rows, strict=True)
         ]
-        pending = [p[c:] for p, c in zip(prompts, reused, strict=True)]
+        # Images: reuse only the same pixels; new ones reach the prefill (rlvr.vision).
+        reused = [
+            c if r is None else shared_prefix(self.ids[r], p, c)
+            for p, r, c in zip(prompts, rows, reused, strict=True)
+        ]
+        pending = [image_tail(p, c) for p, c in zip(prompts, reused, strict=True)]
         self.prefilled += sum(map(len, pending))  # once per prompt: a group forks after
         self.reused += sum(reused)
         limits = response_limits(map(len, prompts), params.max_new_tokens, engine.context)
@@ -128,6 +134,11 @@ class KVSession:
         )
 
         layout = _Layout(reused, pending, rows, self.cols, device, engine.tokenizer.pad_token_id)
+        layout.images = {k: v.to(device) for k, v in image_inputs(pending).items()}
+        if layout.images and engine._static is not None:
+            raise ValueError(
+                "prompts show images but the engine decodes through its text-only loop"
+            )
         run = self._static if engine._static is not None else self._dynamic
         tokens = run(layout, group, max(limits), sample, stop)
         tokens = torch.stack(tokens, -1)  # (B, T)
@@ -189,7 +200,9 @@ class KVSession:
         else:
             cache = DynamicCache()
         attention_mask = layout.keys_ok.long()
-        logits = engine._next_logits(layout.input_ids, attention_mask, layout.positions, cache)
+        logits = engine._next_logits(
+            layout.input_ids, attention_mask, layout.positions, cache, **layout.images
+        )
         logits = logits.repeat_interleave(group, 0)  # (B, V)
         cache.batch_repeat_interleave(group)
         attention_mask = attention_mask.repeat_interleave(group, 0)
@@ -232,6 +245,7 @@ class _Layout:
 
     def __init__(self, reused, pending, rows, old_cols, device, pad_id) -> None:
         self.reused, self.pending, self.rows, self.device = reused, pending, rows, device
+        self.images: dict[str, torch.Tensor] = {}  # the new tokens' pixel_values, if any
         self.reach = max(reused)  # A: columns of reused keys/values
         self.span = max(map(len, pending))  # S: columns of new tokens
         prompts, reach, span = len(pending), self.reach, self.span
