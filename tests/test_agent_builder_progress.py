@@ -10,7 +10,7 @@ import io
 import pytest
 
 from rlvr.runlog import progress as progress_module
-from rlvr.runlog.progress import Progress
+from rlvr.runlog.progress import Progress, Timed
 
 
 class Clock:
@@ -100,3 +100,69 @@ def test_a_matrix_says_its_eta_after_each_cell(clock):
     result.ran += ["c"]
     _done(cell, summary, result, said.append, total=4)
     assert said[2].endswith("(30 s)")
+
+
+def test_short_work_with_after_s_prints_nothing(clock):
+    out = io.StringIO()
+    bar = Progress("cell a-seed0", 6, after_s=10, file=out)
+    clock.now = 4.0
+    bar.update(6)  # all 6 steps in 4 s < 10 s
+    bar.close()
+    assert out.getvalue() == ""
+
+
+def test_long_work_with_after_s_opens_late_with_its_count_and_eta(clock):
+    out = io.StringIO()
+    bar = Progress("cell a-seed0", 50, after_s=10, every_s=30, file=out, initial=10)
+    clock.now = 5.0
+    bar.update(2)  # 5 s < 10 s: quiet
+    clock.now = 12.0
+    bar.update(2)  # 4 steps since the resume in 12 s: the 36 left take 108 s
+    clock.now = 20.0
+    bar.update(2)  # 8 s since the last line < 30 s: quiet
+    clock.now = 42.0
+    bar.update(4)  # 10 steps in 42 s: the 30 left take 126 s
+    clock.now = 50.0
+    bar.close(line=False)  # the matrix's own line closes a cell
+    assert out.getvalue().splitlines() == [
+        "cell a-seed0: 50 steps",
+        "cell a-seed0: 14/50 steps, 12 s elapsed, ETA 1 min 48 s",
+        "cell a-seed0: 20/50 steps, 42 s elapsed, ETA 2 min 06 s",
+    ]
+
+
+def test_a_timed_call_says_nothing_when_short(clock):
+    out = io.StringIO()
+    with Timed("rlvr service sample (64 × up to 512 tokens)", 40.0, file=out, tick_s=None) as t:
+        clock.now = 9.0
+        t.tick()  # 9 s < the 10 s after which a call is shown
+    assert out.getvalue() == ""
+
+
+def test_a_long_timed_call_says_its_eta_from_the_last_rate_and_how_long_it_took(clock):
+    out = io.StringIO()
+    desc = "rlvr service forward_backward (64 datums, 32,768 tokens)"
+    with Timed(desc, expected_s=45.0, every_s=30, file=out, tick_s=None) as t:
+        for clock.now in (5.0, 10.0, 20.0, 40.0, 50.0):
+            t.tick()  # shown at 10 s, then again 30 s later (40 s), 50 s is past the 45 s
+        clock.now = 70.0
+        t.tick()  # 30 s after the line at 40 s
+        clock.now = 71.0
+    assert out.getvalue().splitlines() == [
+        f"{desc}: 10 s elapsed, ETA 35 s (at the last call's rate)",
+        f"{desc}: 40 s elapsed, ETA 5 s (at the last call's rate)",
+        f"{desc}: 1 min 10 s elapsed, past the 45 s the last call's rate gave",
+        f"{desc}: done in 1 min 11 s",
+    ]
+
+
+def test_a_first_long_call_has_no_eta_to_give(clock):
+    out = io.StringIO()
+    with Timed("rlvr service save_state (step-3, 1,000 parameters)", file=out, tick_s=None) as t:
+        clock.now = 12.0
+        t.tick()
+        clock.now = 13.0
+    assert out.getvalue().splitlines() == [
+        "rlvr service save_state (step-3, 1,000 parameters): 12 s elapsed",
+        "rlvr service save_state (step-3, 1,000 parameters): done in 13 s",
+    ]

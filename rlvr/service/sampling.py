@@ -25,6 +25,7 @@ from rlvr.rollout.base import SamplingParams as EngineParams
 from rlvr.rollout.stops import stop_end
 from rlvr.service import episodes
 from rlvr.service.episodes import EpisodeResponse
+from rlvr.service.progress import long_call
 from rlvr.service.snapshots import StaleWeightsError, locked
 from rlvr.service.types import (
     APIFuture,
@@ -74,7 +75,7 @@ class SamplingClient(CompletedClient):
         params = _engine_params(num_samples, sampling_params)
         generator = self._generator(sampling_params)
         tokens = _prompt_tokens(prompt, self.vocab_size)
-        with self._weights():
+        with self._weights(), _timed("sample", num_samples, sampling_params):
             gen = self.engine.generate_ids([tokens], params, generator)
         tokenizer = self.engine.tokenizer
         sequences = []
@@ -113,7 +114,7 @@ class SamplingClient(CompletedClient):
         tokens = _prompt_tokens(prompt, self.vocab_size)
         generator = self._generator(sampling_params)
         budgets = budgets or EpisodeBudgets()
-        with self._weights():
+        with self._weights(), _timed("sample_episodes", num_samples, sampling_params):
             response = episodes.run(
                 self.engine, tokens, num_samples, params, environment, budgets, generator
             )
@@ -137,6 +138,13 @@ class SamplingClient(CompletedClient):
 
     async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
         return self.compute_logprobs(prompt).result()
+
+
+def _timed(kind: str, num_samples: int, params: SamplingParams):
+    """The long-call progress of drawing `num_samples`, at most `max_tokens` each (the
+    rate is of that bound, so calls of one shape predict each other)."""
+    bound = num_samples * int(params.max_tokens or 0)
+    return long_call(kind, bound, f"{num_samples} × up to {params.max_tokens} tokens")
 
 
 def _engine_params(num_samples: int, params: SamplingParams) -> EngineParams:

@@ -38,6 +38,7 @@ from rlvr.service.losses import (
     surrogate_params,
     token_count,
 )
+from rlvr.service.progress import long_call
 from rlvr.service.registry import CheckpointRegistry, state_path
 from rlvr.service.sampling import SamplingClient
 from rlvr.service.saves import save_path, write_save
@@ -125,15 +126,17 @@ class TrainingClient(CompletedClient):
         datum, with gradient, and returns (loss, metrics); its gradient is accumulated."""
         with self.lock:
             batch = self._pack(datums, ("target_tokens",), "custom")
-            logprobs = self._target_logprobs(batch)
-            per_datum = [logprobs[b, : len(row)] for b, row in enumerate(batch.input_ids)]
-            loss, metrics = loss_fn(list(datums), per_datum)
-            if not (torch.is_tensor(loss) and loss.dim() == 0 and loss.requires_grad):
-                raise ValueError(
-                    "forward_backward_custom: loss_fn must return (a scalar tensor that depends "
-                    f"on the log-probs, metrics dict), got {type(loss).__name__} {loss!r:.60}"
-                )
-            loss.backward()
+            with _timed("forward_backward_custom", batch):
+                logprobs = self._target_logprobs(batch)
+                per_datum = [logprobs[b, : len(row)] for b, row in enumerate(batch.input_ids)]
+                loss, metrics = loss_fn(list(datums), per_datum)
+                if not (torch.is_tensor(loss) and loss.dim() == 0 and loss.requires_grad):
+                    raise ValueError(
+                        "forward_backward_custom: loss_fn must return (a scalar tensor that "
+                        f"depends on the log-probs, metrics dict), got {type(loss).__name__} "
+                        f"{loss!r:.60}"
+                    )
+                loss.backward()
             count = int(batch.active.sum())
             metrics = {
                 **loss_metrics(float(loss.detach()), count),
@@ -145,10 +148,11 @@ class TrainingClient(CompletedClient):
         spec = loss_spec(loss_fn)
         params = surrogate_params(loss_fn, loss_fn_config)
         batch = self._pack(datums, spec.inputs, loss_fn)
-        logprobs = self._target_logprobs(batch)
-        loss, value = compute_loss(loss_fn, logprobs, batch, params)
-        if backward:
-            loss.backward()
+        with _timed("forward_backward" if backward else "forward", batch):
+            logprobs = self._target_logprobs(batch)
+            loss, value = compute_loss(loss_fn, logprobs, batch, params)
+            if backward:
+                loss.backward()
         metrics = loss_metrics(float(value), token_count(loss_fn, batch))
         return ForwardBackwardOutput(_outputs(logprobs, batch), metrics)
 
@@ -301,9 +305,11 @@ class TrainingClient(CompletedClient):
 
     def _save(self, name: str, kind: str, write, overwrite: bool) -> SaveWeightsResponse:
         what = "save_state" if kind == "state" else "save_weights_for_sampler"
-        path = write_save(
-            save_path(self.root, name, self.absolute_saves) / kind, kind, write, overwrite, what
-        )
+        parameters = sum(p.numel() for p in self.model.parameters())
+        with long_call(what, parameters, f"{name}, {parameters:,} parameters"):
+            path = write_save(
+                save_path(self.root, name, self.absolute_saves) / kind, kind, write, overwrite, what
+            )
         uri = ""
         if path.resolve().is_relative_to(self.root.resolve()):
             lora = None if self.lora is None else self.lora.record()
@@ -323,7 +329,9 @@ class TrainingClient(CompletedClient):
     def _load(self, path: str | Path, optimizer: bool) -> None:
         path = state_path(self.root, path)
         state = read_state(path)
-        with self.lock:
+        parameters = sum(p.numel() for p in self.model.parameters())
+        what = "load_state_with_optimizer" if optimizer else "load_state"
+        with self.lock, long_call(what, parameters, f"{path}, {parameters:,} parameters"):
             load_policy_weights(self.model, Path(path))
             if optimizer:
                 self.optimizer.load_state_dict(state["optimizer"])
@@ -374,6 +382,13 @@ class TrainingClient(CompletedClient):
 
     async def save_weights_for_sampler_async(self, *args: Any, **kwargs: Any) -> APIFuture:
         return self.save_weights_for_sampler(*args, **kwargs)
+
+
+def _timed(kind: str, batch: Batch):
+    """The long-call progress of a forward (or forward-backward) over `batch`'s tokens."""
+    tokens = sum(len(row) for row in batch.input_ids)
+    datums = len(batch.input_ids)
+    return long_call(kind, tokens, f"{datums} datum{'s' * (datums != 1)}, {tokens:,} tokens")
 
 
 def read_state(path: str | Path) -> dict[str, Any]:
