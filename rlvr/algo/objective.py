@@ -8,7 +8,7 @@ Nothing here branches on a recipe's name: it reads the recipe's fields.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -33,6 +33,7 @@ class PreparedBatch:
     nll_weights: torch.Tensor | None  # (N, T) token-mean weights over correct responses
     returns: torch.Tensor | None  # (N, T) value targets (critic recipes)
     rejected: torch.Tensor | None = None  # (N, T) bool: tokens rejection took out; None: off
+    advantage_metrics: dict[str, float] = field(default_factory=dict)  # the estimator's own
 
     @property
     def sampled_mask(self) -> torch.Tensor:
@@ -49,16 +50,25 @@ def compute_advantages(
     response_mask: torch.Tensor,
     kl: torch.Tensor | None = None,
     values: torch.Tensor | None = None,
+    **teacher: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Token advantages (N, T) and value targets (N, T) or None, per `recipe.advantage`;
     with `recipe.whiten_advantages` the advantages (never the value targets) are whitened
-    over every valid token of the batch."""
-    estimator = ADVANTAGES.get(recipe.advantage).fn
-    batch = AdvantageBatch(rewards, group_ids, response_mask, kl, values)
-    advantages, returns = estimator(batch, recipe.params)
-    if recipe.whiten_advantages:
-        advantages = masked_whiten(advantages, response_mask)
+    over every valid token of the batch. `teacher`: old_logprobs, teacher_logprobs and
+    turn_ids (N, T), for an estimator with needs_teacher."""
+    advantages, returns, _ = _estimate(
+        recipe, AdvantageBatch(rewards, group_ids, response_mask, kl, values, **teacher)
+    )
     return advantages, returns
+
+
+def _estimate(recipe: Recipe, batch: AdvantageBatch) -> tuple:
+    """(Â, value targets or None, the estimator's metrics) of `batch`."""
+    out = ADVANTAGES.get(recipe.advantage).fn(batch, recipe.params)
+    advantages, returns, metrics = (*out, {}) if len(out) == 2 else out
+    if recipe.whiten_advantages:
+        advantages = masked_whiten(advantages, batch.response_mask)
+    return advantages, returns, metrics
 
 
 def select_rows(
@@ -90,6 +100,7 @@ def prepare_batch(
     lengths: torch.Tensor | None = None,
     teacher_logprobs: torch.Tensor | None = None,
     sampler_logprobs: torch.Tensor | None = None,
+    turn_ids: torch.Tensor | None = None,
 ) -> PreparedBatch:
     """Selection → shaping → rejection → advantages → aggregation weights, over the whole batch.
 
@@ -105,6 +116,8 @@ def prepare_batch(
     the entropy terms; a response left with no token leaves the sequence count, though its
     reward still counts in its group's statistics, as in verl). A batch left with no token
     at all keeps no row, so the loop skips its update (`train/update_skipped`).
+    `turn_ids` (N, T) long: each token's agent turn k ≥ 1 (0: none), for an advantage with
+    needs_teacher (AgentOPSD); None: every response is one turn.
     """
     if lengths is None:
         lengths = response_mask.sum(-1)
@@ -123,10 +136,13 @@ def prepare_batch(
     sub = lambda x: None if x is None else x[rows]  # noqa: E731
     advantages = torch.zeros_like(mask, dtype=torch.float64)
     returns = torch.zeros_like(advantages) if recipe.needs_critic else None
+    metrics = {}
     if len(rows):
-        adv, ret = compute_advantages(
-            recipe, reward[rows], group_ids[rows], mask[rows].double(), sub(kl), sub(values)
+        teacher = map(sub, (old_logprobs, teacher_logprobs, turn_ids))
+        batch = AdvantageBatch(
+            reward[rows], group_ids[rows], mask[rows].double(), sub(kl), sub(values), *teacher
         )
+        adv, ret, metrics = _estimate(recipe, batch)
         advantages[rows] = adv.double()
         if returns is not None:
             returns[rows] = ret.double()
@@ -140,7 +156,15 @@ def prepare_batch(
     dtype = response_mask.dtype
     cast = lambda x: None if x is None else x.to(dtype)  # noqa: E731
     return PreparedBatch(
-        keep, reward, mask, cast(advantages), cast(weights), cast(nll), cast(returns), rejected
+        keep,
+        reward,
+        mask,
+        cast(advantages),
+        cast(weights),
+        cast(nll),
+        cast(returns),
+        rejected,
+        metrics,
     )
 
 
@@ -247,4 +271,4 @@ def selection_metrics(prepared: PreparedBatch, group_ids: torch.Tensor) -> dict[
         whole = int((rejected.any(-1) & ~trained.any(-1)).sum())
         metrics["rollout/rejected_token_frac"] = int(rejected.sum()) / max(tokens, 1)
         metrics["rollout/rejected_response_frac"] = whole / max(rows, 1)
-    return metrics
+    return {**metrics, **prepared.advantage_metrics}

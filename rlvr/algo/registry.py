@@ -9,7 +9,8 @@ registered on first use, so it runs through the loop, `rlvr audit` and `rlvr com
 any built-in choice does (docs/extending.md).
 
 Uniform signatures (docs/algorithms.md §1–6):
-- advantage:   fn(batch: AdvantageBatch, params: Params) -> (Â (N, T), value targets or None)
+- advantage:   fn(batch: AdvantageBatch, params: Params) -> (Â (N, T), value targets or None),
+               or with a third item, a dict of metrics the step logs (`turn/` of AgentOPSD)
 - ratio:       fn(logprobs, old_logprobs, response_mask) -> ρ (N, T)
 - surrogate:   fn(ratio, advantages, logprobs, params: Params) -> SurrogateOut; one
                registered with needs_mask=True also gets response_mask=(N, T) by keyword
@@ -47,6 +48,10 @@ class Params:
     clip_cov_ub: float = 5.0
     kl_cov_coef: float = 1.0  # KL-Cov: coefficient of |Δ| on the selected tokens
     is_cap: float = 20.0  # DPPO: cap C of the detached IS weight min(ρ, C)
+    # AgentOPSD's turn credit (rlvr/algo/advantages/turn_credit.py).
+    turn_decay: float = 0.95  # γ of the evidence sum c_k = γ·c_{k−1} + e_k
+    turn_lambda: float = 0.5  # λ of the multiplier (1 − λ) + λ·w_k
+    turn_weight_bound: float = 0.2  # δ: w_k ∈ [1 − δ, 1 + δ]
 
 
 class AdvantageBatch(NamedTuple):
@@ -57,6 +62,9 @@ class AdvantageBatch(NamedTuple):
     response_mask: Any  # (N, T)
     kl: Any = None  # (N, T) per-token KL to the reference when it enters the reward
     values: Any = None  # (N, T) critic values, for estimators with needs_critic
+    old_logprobs: Any = None  # (N, T) log π_old, for estimators with needs_teacher
+    teacher_logprobs: Any = None  # (N, T) a teacher's log π_T of the same tokens
+    turn_ids: Any = None  # (N, T) long: the agent turn k ≥ 1 of each token, 0 on none
 
 
 @dataclass(frozen=True)
@@ -138,7 +146,9 @@ class Registry:
         self._entries[reference] = Entry(reference, fn, dict(attrs))
 
 
-ADVANTAGES = Registry("advantage", needs_critic=False, token_rewards=False, group_baseline=False)
+ADVANTAGES = Registry(
+    "advantage", needs_critic=False, token_rewards=False, group_baseline=False, needs_teacher=False
+)
 RATIOS = Registry("ratio", sequence_level=False)
 SURROGATES = Registry(
     "surrogate",
@@ -158,7 +168,9 @@ def register_advantage(name: str, **attrs: Any) -> Callable:
 
     Properties: needs_critic (it reads batch.values), token_rewards (it can take a KL
     penalty in its token rewards, i.e. admits kl_in_reward), group_baseline (its baseline
-    is the prompt's own group, so a group of one gets Â = 0)."""
+    is the prompt's own group, so a group of one gets Â = 0), needs_teacher (it reads
+    batch.teacher_logprobs against batch.old_logprobs, and batch.turn_ids: a config
+    `teacher` is then required)."""
     return ADVANTAGES.register(name, **attrs)
 
 

@@ -12,6 +12,10 @@ the trajectory's length (the overlong ramp), and their gradient is exactly 0.
 A distillation recipe (`teacher_kl_coef` > 0: opd, opsd) reads each response's
 `teacher_logprobs`, the teacher's log π_T of the same tokens; an observation token may
 hold null there (the teacher scores no context), and gets no teacher term either way.
+AgentOPSD (`advantage: turn_belief`) reads them too, summed per agent turn: a response's
+optional `turns`, its policy turns as [start, end) token spans (the loop's
+`EpisodeRecord.spans`), covering every policy token and no observation token; without it
+the response is one turn.
 
 `sampler_logprobs` (every response or none): the rollout engine's log-probs of the same
 tokens. With them the recipe's rollout correction acts as in training (weights, and
@@ -30,6 +34,7 @@ from typing import Any
 import torch
 
 from rlvr.algo import get_recipe, policy_loss, prepare_batch, selection_metrics
+from rlvr.algo.advantages.turn_credit import turn_ids_from_spans
 from rlvr.algo.policy.aggregation import aggregation_weights
 from rlvr.algo.policy.masks import policy_mask
 from rlvr.algo.recipes import RECIPES
@@ -58,6 +63,7 @@ RESPONSE_KEYS = (
     "observation",
     "teacher_logprobs",
     "sampler_logprobs",
+    "turns",
 )
 # Bounds that keep every intermediate finite: exp(logπ − logπ_ref) of the k3 KL and the
 # whitening of rewards stay far from float64 overflow.
@@ -120,6 +126,7 @@ class AuditBatch:
     rewards: torch.Tensor
     correct: torch.Tensor
     truncated: torch.Tensor
+    turn_ids: torch.Tensor | None = None  # (N, T) each token's agent turn; None: no `turns`
 
     @property
     def loss_mask(self) -> torch.Tensor:
@@ -223,8 +230,9 @@ def _response(
     observation = _observation(resp.get("observation", [0] * n), f"{where}.observation", n)
     if needs_teacher and "teacher_logprobs" not in resp:
         raise AuditInputError(
-            f"{where}.teacher_logprobs is missing: this recipe's teacher term (teacher_kl_coef > "
-            "0) needs the teacher's log-prob of every policy token"
+            f"{where}.teacher_logprobs is missing: this recipe reads a teacher (a teacher term, "
+            "teacher_kl_coef > 0, or advantage turn_belief) and needs its log-prob of every "
+            "policy token"
         )
     teacher = (  # checked whenever given; only a teacher recipe reads it
         _teacher_logprobs(resp["teacher_logprobs"], f"{where}.teacher_logprobs", observation)
@@ -232,7 +240,9 @@ def _response(
         else None
     )
     sampler = resp.get("sampler_logprobs")
+    turns = _turns(resp["turns"], f"{where}.turns", observation) if "turns" in resp else None
     return {
+        "turns": turns,
         "logprobs": logprobs,
         "sampler": None if sampler is None else _logprobs(sampler, f"{where}.sampler_logprobs", n),
         "observation": observation,
@@ -244,6 +254,35 @@ def _response(
         "correct": float(correct),
         "truncated": truncated,
     }
+
+
+def _turns(value: Any, where: str, observation: list[float]) -> list[tuple[int, int]]:
+    """The policy turns of one response: [start, end) spans in order that cover every
+    policy token and no observation token."""
+    shape = (
+        f"{where} must be a list of [start, end) token spans, one per policy turn, e.g. "
+        f"[[0, 2], [4, 5]]; got {_short(value)}"
+    )
+    if not isinstance(value, list) or not value:
+        raise AuditInputError(shape)
+    covered, spans = [0] * len(observation), []
+    for k, span in enumerate(value):
+        if not (isinstance(span, list) and len(span) == 2 and all(is_int(v) for v in span)):
+            raise AuditInputError(shape)
+        start, end = span
+        if not (spans[-1][1] if spans else 0) <= start < end <= len(observation):
+            raise AuditInputError(
+                f"{where}[{k}] = {span} must satisfy previous end ≤ start < end ≤ "
+                f"{len(observation)} (the response's length)"
+            )
+        spans.append((start, end))
+        for t in range(start, end):
+            covered[t] = 1
+    for t, (inside, obs) in enumerate(zip(covered, observation, strict=True)):
+        if inside == bool(obs):
+            what = "an observation token inside" if obs else "a policy token outside every"
+            raise AuditInputError(f"{where}: token {t} is {what} turn")
+    return spans
 
 
 def _check_size(groups: list[Any]) -> None:
@@ -306,10 +345,19 @@ def parse_batch(data: Any, needs_values: bool, needs_teacher: bool = False) -> A
         values=col("values") if needs_values else None,
         teacher_logprobs=col("teacher") if needs_teacher else None,
         sampler_logprobs=col("sampler") if all(given) else None,
+        turn_ids=_turn_ids(parsed, length),
         rewards=torch.tensor([r["reward"] for r in parsed], dtype=torch.float64),
         correct=torch.tensor([r["correct"] for r in parsed], dtype=torch.float64),
         truncated=torch.tensor([r["truncated"] for r in parsed]),
     )
+
+
+def _turn_ids(parsed: list[dict[str, Any]], length: int) -> torch.Tensor | None:
+    """(N, T) each token's agent turn, from the responses' `turns`; None when none has any."""
+    if all(r["turns"] is None for r in parsed):
+        return None
+    policy = _pad([[1.0 - o for o in r["observation"]] for r in parsed], length)
+    return turn_ids_from_spans([r["turns"] for r in parsed], policy)
 
 
 def _recipe_from(data: dict[str, Any]):
@@ -349,7 +397,7 @@ def run_audit(data: Any) -> dict[str, Any]:
         raise AuditInputError("the batch must be a JSON object with 'recipe' and 'groups'")
     _check_keys(data, TOP_KEYS, "batch")
     recipe = _recipe_from(data)
-    batch = parse_batch(data, recipe.needs_critic, recipe.teacher_kl_coef > 0)
+    batch = parse_batch(data, recipe.needs_critic, recipe.needs_teacher)
     longest = max(n for lengths in batch.shape for n in lengths)
     budget = data.get("max_new_tokens", longest)
     if not is_int(budget) or not longest <= budget <= 10**9:
@@ -373,6 +421,7 @@ def run_audit(data: Any) -> dict[str, Any]:
             lengths=batch.lengths,
             teacher_logprobs=batch.teacher_logprobs,
             sampler_logprobs=batch.sampler_logprobs,
+            turn_ids=batch.turn_ids,
         )
     except ValueError as err:
         raise AuditInputError(str(err)) from None

@@ -51,6 +51,9 @@ TABLE.update(NEW_SURROGATE_RECIPES)
 # TRL's GRPOTrainer defaults with its vLLM correction (sequence_mis, cap 3): issue 29.
 TABLE["grpo_trl_vllm"] = ("group_norm", "token", "clip", 0.8, 1.2, "token_mean", None, False)
 NAMES.add("grpo_trl_vllm")
+# AgentOPSD (issue 45): GRPO's advantage rescaled per agent turn, the lab's clip 0.8/1.24.
+TABLE["agent_opsd"] = ("turn_belief", "token", "clip", 0.8, 1.24, "token_mean", None, False)
+NAMES.add("agent_opsd")
 
 
 def test_all_named_recipes_exist():

@@ -20,6 +20,7 @@ def check_recipe(recipe: RecipeChoices) -> None:
     _check_choices(recipe)
     _check_ranges(recipe)
     _check_teacher(recipe)
+    _check_turn_fields(recipe)
     _check_correction(recipe)
     _check_surrogate_fields(recipe)
     _check_entropy(recipe)
@@ -82,6 +83,9 @@ def _check_ranges(recipe: RecipeChoices) -> None:
         "kl_cov_coef": recipe.kl_cov_coef >= 0.0,
         "is_cap": recipe.is_cap > 0.0,
         "top_entropy_quantile": 0.0 <= recipe.top_entropy_quantile <= 1.0,
+        "turn_decay": 0.0 < recipe.turn_decay <= 1.0,
+        "turn_lambda": 0.0 <= recipe.turn_lambda <= 1.0,
+        "turn_weight_bound": 0.0 <= recipe.turn_weight_bound < 1.0,
     }
     valid = {
         "gamma": "in (0, 1]",
@@ -106,6 +110,9 @@ def _check_ranges(recipe: RecipeChoices) -> None:
         "kl_cov_coef": "≥ 0",
         "is_cap": "> 0",
         "top_entropy_quantile": "in [0, 1]",
+        "turn_decay": "in (0, 1]",
+        "turn_lambda": "in [0, 1]",
+        "turn_weight_bound": "in [0, 1) (so a turn's multiplier stays > 0: no sign flip)",
     }
     for name, ok in checks.items():
         if not ok:
@@ -167,6 +174,24 @@ def _check_teacher(recipe: RecipeChoices) -> None:
         raise ValueError(
             f"teacher_weight={recipe.teacher_weight!r} weighs the teacher's term, which "
             f"teacher_kl_coef=0 turns off; set teacher_kl_coef > 0 or remove teacher_weight"
+        )
+
+
+_TURN_FIELDS = ("turn_decay", "turn_lambda", "turn_weight_bound")
+
+
+def _check_turn_fields(recipe: RecipeChoices) -> None:
+    """AgentOPSD's fields moved off their defaults under an advantage that does not read
+    them would silently do nothing."""
+    defaults = {f.name: f.default for f in fields(RecipeChoices)}
+    reads = ":" in recipe.advantage or ADVANTAGES.get(recipe.advantage).needs_teacher
+    moved = [
+        f"{n}={getattr(recipe, n)!r}" for n in _TURN_FIELDS if getattr(recipe, n) != defaults[n]
+    ]
+    if moved and not reads:
+        raise ValueError(
+            f"{', '.join(moved)} shape AgentOPSD's turn credit, which advantage="
+            f"{recipe.advantage!r} does not read; set advantage='turn_belief' or remove them"
         )
 
 

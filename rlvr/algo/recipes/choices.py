@@ -17,6 +17,7 @@ from rlvr.algo.policy import aggregation, covariance, ratios, surrogates  # noqa
 
 # isort: split
 from rlvr.algo import regularizers, selection, teacher  # noqa: F401
+from rlvr.algo.advantages import turn_credit  # noqa: F401
 from rlvr.algo.policy.rollout_correction import REJECT_STATISTICS, ROLLOUT_CORRECTIONS
 from rlvr.algo.registry import (
     ADVANTAGES,
@@ -131,6 +132,16 @@ class RecipeChoices:
     teacher_weight: float = _doc(
         "λ in Â = Â_outcome + λ·A_teacher (with advantage 'none': the teacher alone)", 1.0
     )
+    turn_decay: float = _doc(
+        "γ of AgentOPSD's evidence sum c_k = γ·c_{k−1} + e_k over agent turns (turn_belief)", 0.95
+    )
+    turn_lambda: float = _doc(
+        "λ of AgentOPSD's turn multiplier (1 − λ) + λ·w_k on the GRPO advantage (turn_belief)",
+        0.5,
+    )
+    turn_weight_bound: float = _doc(
+        "δ of AgentOPSD's turn weight w_k ∈ [1 − δ, 1 + δ] (turn_belief)", 0.2
+    )
     sapo_tau_pos: float = _doc("SAPO gate temperature τ where Â > 0 (sapo)", 1.0)
     sapo_tau_neg: float = _doc("SAPO gate temperature τ where Â ≤ 0 (sapo)", 1.05)
     cov_ratio: float = _doc(
@@ -179,7 +190,16 @@ class RecipeChoices:
             clip_cov_ub=self.clip_cov_ub,
             kl_cov_coef=self.kl_cov_coef,
             is_cap=self.is_cap,
+            turn_decay=self.turn_decay,
+            turn_lambda=self.turn_lambda,
+            turn_weight_bound=self.turn_weight_bound,
         )
+
+    @property
+    def needs_teacher(self) -> bool:
+        """A teacher's log-probs are read: a teacher term (β > 0) or an advantage that
+        consumes them (turn_belief)."""
+        return self.teacher_kl_coef > 0 or bool(ADVANTAGES.get(self.advantage).needs_teacher)
 
     @property
     def needs_reference(self) -> bool:

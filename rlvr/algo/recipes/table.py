@@ -33,6 +33,10 @@ _COV = "Cui 2025, The Entropy Mechanism of RL for Reasoning LMs (arXiv 2505.2261
 _GRPO = "Shao 2024, DeepSeekMath (arXiv 2402.03300)"
 _OPD = "Agarwal 2024, GKD (arXiv 2306.13649); Thinking Machines 2025, On-Policy Distillation"
 _OPSD = "Zhao 2026, OPSD (arXiv 2601.18734): the frozen student as teacher, seeing the solution"
+_AGENT_OPSD = (
+    "AgentOPSD (arXiv 2608.05987): the current policy with a task-type skill as teacher; "
+    "turn weights in [0.8, 1.2], λ = 0.5, γ = 0.95"
+)
 # The abstract gives only the ratio's prefix minimum (j < t); the surrogate it feeds is not
 # established (docs/methods.md), so both forms in circulation are recipes.
 _MINPRO = "Lei 2026, MinPRO (arXiv 2601.22718): prefix minimum j<t per its abstract"
@@ -159,6 +163,16 @@ RECIPES: dict[str, Recipe] = {
             surrogate="reinforce",
             aggregation="token_mean",
             teacher_kl_coef=1.0,
+        ),
+        # AgentOPSD (agentic-rl-lab ch. 09-AgentOPSD): GRPO's outcome advantage rescaled per
+        # agent turn by a skill-prompted self-teacher; the lab's PPO clip 0.8/1.24.
+        Recipe(
+            "agent_opsd",
+            _AGENT_OPSD,
+            advantage="turn_belief",
+            clip_low=0.2,
+            clip_high=0.24,
+            aggregation="token_mean",
         ),
         # Second-generation surrogates (issue 29), each with the defaults of the peer code
         # it is checked against (tests/algo/peers): verl core_algos.py, TRL grpo_trainer.py.
