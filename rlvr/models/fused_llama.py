@@ -11,6 +11,15 @@ caller-owned KV cache. Two users:
 The weights are read from the model at every `begin` (fused by differentiable `cat`, so
 gradients reach the model's own parameters); tests/models and tests/rollout prove the
 results equal the model's own forward within float tolerance.
+
+peft LoRA projections (Hu et al. 2021, y = W·x + s·B·A·x with s = α/r) take this path too.
+With gradients on, the low-rank product runs beside the frozen product, as peft runs it
+(the frozen W then gets no weight gradient, which is LoRA's saving); without (sampling,
+π_old and π_ref scoring) the adapter is merged into the fused weight once per `begin`,
+W + s·B·A, so a decode step costs what the plain model's does. Adapters that are switched
+off (π_ref as the base model) contribute nothing. Dropout on the adapter's input in
+training mode, DoRA and other variants, merged adapters and mixed-adapter batches compute
+something else and keep the model's own forward (`supports`).
 """
 
 from __future__ import annotations
@@ -32,8 +41,9 @@ def supports(model: torch.nn.Module) -> bool:
     """True when `model` is a Llama-family LM whose forward this module reproduces: SiLU
     gated MLP, RMSNorm, length-independent rotary positions, full attention in every
     layer (no sliding window), no attention dropout in training mode and no gradient
-    checkpointing asked for; every projection a plain `nn.Linear` (a LoRA or quantized
-    layer computes something else from its weights)."""
+    checkpointing asked for; every projection a plain `nn.Linear` or a plain peft LoRA
+    layer over one (`_lora_supported`; a quantized layer computes something else from
+    its weights)."""
     cfg = getattr(model, "config", None)
     base = getattr(model, "base_model", None)
     if cfg is None or base is None or getattr(cfg, "model_type", None) not in SUPPORTED_MODEL_TYPES:
@@ -71,9 +81,70 @@ _PROJECTIONS += ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 def _plain_projections(layer: torch.nn.Module) -> bool:
     try:
-        return all(type(layer.get_submodule(name)) is torch.nn.Linear for name in _PROJECTIONS)
+        projections = [layer.get_submodule(name) for name in _PROJECTIONS]
     except AttributeError:
         return False
+    return all(type(m) is torch.nn.Linear or _lora_supported(m) for m in projections)
+
+
+def _lora_supported(module: torch.nn.Module) -> bool:
+    """A peft LoRA `Linear` whose output is exactly base(x) + Σ_a s_a·B_a·A_a·x over its
+    active adapters: a plain `nn.Linear` base, not merged, no variant (DoRA), no dropout
+    that acts (p > 0 in training mode)."""
+    try:
+        from peft.tuners.lora import Linear as LoraLinear
+    except ImportError:
+        return False
+    if not isinstance(module, LoraLinear) or type(module.base_layer) is not torch.nn.Linear:
+        return False
+    if module.merged or getattr(module, "fan_in_fan_out", False):
+        return False
+    for name in _active(module):
+        drop = module.lora_dropout[name]
+        acting = isinstance(drop, torch.nn.Dropout) and drop.p > 0 and drop.training
+        variant = name in getattr(module, "lora_variant", {})
+        bias = getattr(module, "lora_bias", {}).get(name, False)
+        if acting or variant or bias or not isinstance(drop, torch.nn.Dropout | torch.nn.Identity):
+            return False
+    return True
+
+
+def _active(module: torch.nn.Module, enabled: bool = True) -> list[str]:
+    """The adapters that act in `module`'s forward (none while adapters are disabled)."""
+    if not enabled or module.disable_adapters:
+        return []
+    return [name for name in module.active_adapters if name in module.lora_A]
+
+
+def _base(module: torch.nn.Module) -> torch.nn.Linear:
+    return getattr(module, "base_layer", module)
+
+
+def _low_rank(*modules: torch.nn.Module, enabled: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(A, B) of the fused projection of `modules` (outputs concatenated in order), or None
+    when none has an active adapter: A stacks every adapter's A (Σr, in); B is block
+    diagonal with each adapter's s·B in its projection's rows (zero rows for a projection
+    without one), so F.linear(F.linear(x, A), B) = cat over projections of Σ_a s_a·B_a·A_a·x."""
+    downs, blocks = [], []
+    for module in modules:
+        names = _active(module, enabled) if hasattr(module, "lora_A") else []
+        out = _base(module).out_features
+        if not names:
+            blocks.append(_base(module).weight.new_zeros(out, 0))
+            continue
+        downs += [module.lora_A[n].weight for n in names]
+        blocks.append(torch.cat([module.lora_B[n].weight * module.scaling[n] for n in names], 1))
+    if not downs:
+        return None
+    return torch.cat(downs), torch.block_diag(*blocks)
+
+
+def _project(
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, low: tuple | None
+) -> torch.Tensor:
+    """W·x + b, plus the unmerged low-rank term B·(A·x) when an adapter trains."""
+    y = F.linear(x, w, b)
+    return y if low is None else y + F.linear(F.linear(x, low[0]), low[1])
 
 
 @dataclass
@@ -88,9 +159,15 @@ class _Layer:
     gate_up_b: torch.Tensor | None
     down_w: torch.Tensor
     down_b: torch.Tensor | None
+    # LoRA terms (A, B) per fused projection when they run unmerged (`_low_rank`).
+    qkv_low: tuple | None = None
+    o_low: tuple | None = None
+    gate_up_low: tuple | None = None
+    down_low: tuple | None = None
 
 
-def _cat_bias(*linears: torch.nn.Linear) -> torch.Tensor | None:
+def _cat_bias(*modules: torch.nn.Module) -> torch.Tensor | None:
+    linears = [_base(m) for m in modules]
     if all(m.bias is None for m in linears):
         return None
     return torch.cat(
@@ -98,23 +175,41 @@ def _cat_bias(*linears: torch.nn.Linear) -> torch.Tensor | None:
     )
 
 
-def _fused(layer: torch.nn.Module, cast: torch.dtype | None) -> _Layer:
+def _fused(layer: torch.nn.Module, cast: torch.dtype | None, adapters: bool) -> _Layer:
     """The layer's weights, projections fused; under autocast, the projections cast to
     `cast` once here (differentiably) rather than by autocast at every product: a cat of
     weights is no leaf, so autocast's weight cache would not keep it."""
     attn, mlp = layer.self_attn, layer.mlp
     to = (lambda t: t) if cast is None else (lambda t: None if t is None else t.to(cast))
+    merge = not torch.is_grad_enabled()  # no gradient: fold the adapters into W once
+
+    def weight(*modules: torch.nn.Module) -> tuple[torch.Tensor, tuple | None]:
+        weights = [_base(m).weight for m in modules]
+        w = weights[0] if len(weights) == 1 else torch.cat(weights)
+        low = _low_rank(*modules, enabled=adapters)
+        if low is not None and merge:
+            w, low = w + low[1] @ low[0], None
+        return to(w), None if low is None else (to(low[0]), to(low[1]))
+
+    qkv_w, qkv_low = weight(attn.q_proj, attn.k_proj, attn.v_proj)
+    o_w, o_low = weight(attn.o_proj)
+    gate_up_w, gate_up_low = weight(mlp.gate_proj, mlp.up_proj)
+    down_w, down_low = weight(mlp.down_proj)
     return _Layer(
         ln1=layer.input_layernorm.weight,
         ln2=layer.post_attention_layernorm.weight,
-        qkv_w=to(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])),
+        qkv_w=qkv_w,
         qkv_b=to(_cat_bias(attn.q_proj, attn.k_proj, attn.v_proj)),
-        o_w=to(attn.o_proj.weight),
-        o_b=to(attn.o_proj.bias),
-        gate_up_w=to(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])),
+        o_w=o_w,
+        o_b=to(_base(attn.o_proj).bias),
+        gate_up_w=gate_up_w,
         gate_up_b=to(_cat_bias(mlp.gate_proj, mlp.up_proj)),
-        down_w=to(mlp.down_proj.weight),
-        down_b=to(mlp.down_proj.bias),
+        down_w=down_w,
+        down_b=to(_base(mlp.down_proj).bias),
+        qkv_low=qkv_low,
+        o_low=o_low,
+        gate_up_low=gate_up_low,
+        down_low=down_low,
     )
 
 
@@ -155,7 +250,8 @@ class FusedLlama:
         residual stream and norms stay in the weights' float32 (`rlvr.models.precision`)."""
         base = self.model.base_model
         cast = autocast_dtype(device)
-        self.layers = [_fused(layer, cast) for layer in base.layers]
+        adapters = getattr(self.model, "adapters_enabled", True)
+        self.layers = [_fused(layer, cast, adapters) for layer in base.layers]
         self.dtype = cast or base.embed_tokens.weight.dtype
         table = torch.arange(positions, device=device)[None]
         cos, sin = base.rotary_emb(base.embed_tokens.weight[:1], table)  # (1, positions, D)
@@ -198,7 +294,8 @@ class FusedLlama:
         for layer, (k_cache, v_cache) in zip(self.layers, cache, strict=True):
             h = _rms_norm(x, layer.ln1, self.eps)
             # (B, S, (nq + 2·nkv)·D); `split`, not slices: one backward op, no zero-filled grads.
-            qk, v = F.linear(h, layer.qkv_w, layer.qkv_b).split(((nq + nkv) * d, nkv * d), -1)
+            qkv = _project(h, layer.qkv_w, layer.qkv_b, layer.qkv_low)
+            qk, v = qkv.split(((nq + nkv) * d, nkv * d), -1)
             # Rotary positions on the query and key heads at once (B, S, nq + nkv, D). The
             # halves are swapped by `cat`: `roll` gives the same values, but inductor
             # compiles it into a decode step 2.4x slower.
@@ -216,10 +313,10 @@ class FusedLlama:
             probs = scores.softmax(-1, dtype=torch.float32).to(x.dtype)
             out = probs.view(batch, nkv, rep * steps, -1) @ values  # (B, nkv, rep·S, D)
             out = out.view(batch, nq, steps, d).transpose(1, 2).reshape(batch, steps, nq * d)
-            x = x + F.linear(out, layer.o_w, layer.o_b)
+            x = x + _project(out, layer.o_w, layer.o_b, layer.o_low)
             h = _rms_norm(x, layer.ln2, self.eps)
-            gate, up = F.linear(h, layer.gate_up_w, layer.gate_up_b).chunk(2, -1)
-            x = x + F.linear(F.silu(gate) * up, layer.down_w, layer.down_b)
+            gate, up = _project(h, layer.gate_up_w, layer.gate_up_b, layer.gate_up_low).chunk(2, -1)
+            x = x + _project(F.silu(gate) * up, layer.down_w, layer.down_b, layer.down_low)
         return _rms_norm(x, base.norm.weight, self.eps)
 
     def prefill(

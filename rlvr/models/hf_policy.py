@@ -113,6 +113,8 @@ class AdapterDisabledReference:
     """π_ref as a view of a LoRA policy with its adapters off; quacks like the model for
     `response_logprobs` (base_model, get_output_embeddings, parameters, config)."""
 
+    adapters_enabled = False  # read by the fused forward, which reads weights, not calls
+
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
 
