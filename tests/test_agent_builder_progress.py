@@ -166,3 +166,64 @@ def test_a_first_long_call_has_no_eta_to_give(clock):
         "rlvr service save_state (step-3, 1,000 parameters): 12 s elapsed",
         "rlvr service save_state (step-3, 1,000 parameters): done in 13 s",
     ]
+
+
+def _cell_at(out, steps: int = 50):
+    from rlvr.compare.matrix import Cell
+
+    return Cell("numberle", "grpo", 0, {}, {"out": str(out), "steps": steps})
+
+
+def _log_steps(out, *steps: int) -> None:
+    import json
+
+    with (out / "metrics.jsonl").open("a") as fh:
+        fh.writelines(json.dumps({"step": s, "reward/mean": 0.5}) + "\n" for s in steps)
+
+
+def test_a_long_cell_says_its_steps_and_eta_off_a_terminal(clock, tmp_path):
+    from rlvr.compare.runner import CellWatch
+
+    out = io.StringIO()
+    with CellWatch(poll_s=None, file=out) as watch:
+        watch.start(_cell_at(tmp_path))
+        watch.poll()  # no metrics.jsonl yet: nothing
+        _log_steps(tmp_path, 0)  # the initial eval: the cell's progress starts here
+        watch.poll()
+        clock.now = 12.0
+        _log_steps(tmp_path, 1, 2, 3, 4)
+        watch.poll()  # 4 steps in 12 s: the 46 left take 138 s
+        clock.now = 20.0
+        _log_steps(tmp_path, 5)
+        watch.poll()  # 8 s after the last line: quiet
+        clock.now = 42.0
+        _log_steps(tmp_path, 6, 7, 8, 9, 10, 11, 12, 13, 14)
+        watch.poll()  # 14 steps in 42 s: the 36 left take 108 s
+        watch.finish(_cell_at(tmp_path))  # the matrix's "[k/N]" line closes it
+    assert out.getvalue().splitlines() == [
+        "cell numberle-seed0: 50 steps",
+        "cell numberle-seed0: 4/50 steps, 12 s elapsed, ETA 2 min 18 s",
+        "cell numberle-seed0: 14/50 steps, 42 s elapsed, ETA 1 min 48 s",
+    ]
+
+
+def test_a_short_cell_and_a_previous_runs_metrics_say_nothing(clock, tmp_path):
+    import os
+
+    from rlvr.compare.runner import CellWatch, last_step
+
+    _log_steps(tmp_path, 0, 1, 2)
+    os.utime(tmp_path / "metrics.jsonl", (1.0, 1.0))  # an interrupted run's, long ago
+    assert last_step(tmp_path / "metrics.jsonl") == 2
+    out = io.StringIO()
+    with CellWatch(poll_s=None, file=out) as watch:
+        watch.start(_cell_at(tmp_path, steps=6))
+        watch.poll()
+        assert watch.cells["numberle-seed0"].bar is None  # older than the cell's start
+        (tmp_path / "metrics.jsonl").write_text("")
+        _log_steps(tmp_path, 0)
+        watch.poll()
+        clock.now = 5.0
+        _log_steps(tmp_path, 1, 2, 3, 4, 5, 6)
+        watch.poll()  # all 6 steps within 5 s < CELL_AFTER_S = 10 s
+    assert out.getvalue() == ""

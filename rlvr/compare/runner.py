@@ -5,6 +5,10 @@ last); an unfinished cell left over from an interruption resumes from its newest
 checkpoint (or starts again if it has none or its config changed). Finished cells are
 never redone. Every invocation, completed or not, is appended to `invocations.jsonl`. With `jobs > 1` cells run in
 spawned worker processes, each with `cores // jobs` torch threads.
+
+Progress: a line per finished cell with the matrix's ETA; inside a running cell its steps
+done of its total with an ETA (`CellWatch`, read from the cell's metrics.jsonl, so cells in
+worker processes too), quiet for a cell shorter than `CELL_AFTER_S`.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -26,6 +31,12 @@ import yaml
 
 from rlvr.checks import check_int
 from rlvr.compare.matrix import Cell, MatrixSpec, save_spec
+from rlvr.runlog.progress import Progress
+
+CELL_AFTER_S = 10.0
+"""A cell shorter than this shows no progress of its own (its matrix line says it ended)."""
+CELL_POLL_S = 2.0
+"""How often the running cells' metrics.jsonl are read."""
 
 
 @dataclass
@@ -121,10 +132,11 @@ def run_matrix(
     record.write(result, "running", 0.0)  # stays "running" if the process is killed
     status = "completed"
     try:
-        if jobs == 1 or len(pending) <= 1:
-            _run_serial(pending, result, log)
-        else:
-            _run_parallel(pending, jobs, result, log)
+        with CellWatch() as watch:
+            if jobs == 1 or len(pending) <= 1:
+                _run_serial(pending, result, log, watch)
+            else:
+                _run_parallel(pending, jobs, result, log, watch)
     except BaseException as err:
         status = "interrupted" if _is_interruption(err) else "error"
         raise
@@ -182,10 +194,11 @@ def _done(cell: Cell, summary: dict[str, Any], result: MatrixRun, log, total: in
     log(f"[{len(result.ran)}/{total}] {cell.name}: final accuracy {final:.3f} ({wall:.0f} s){eta}")
 
 
-def _run_serial(pending: list[Cell], result: MatrixRun, log) -> None:
+def _run_serial(pending: list[Cell], result: MatrixRun, log, watch: CellWatch) -> None:
     from rlvr.train.run import RunInterrupted
 
     for cell in pending:
+        watch.start(cell)
         try:
             summary = run_cell(cell.config)
         except RunInterrupted:
@@ -194,10 +207,12 @@ def _run_serial(pending: list[Cell], result: MatrixRun, log) -> None:
             result.failed[cell.name] = f"{type(err).__name__}: {err}"
             log(f"cell {cell.name} failed: {result.failed[cell.name]}")
             continue
+        finally:
+            watch.finish(cell)
         _done(cell, summary, result, log, len(pending))
 
 
-def _run_parallel(pending: list[Cell], jobs: int, result: MatrixRun, log) -> None:
+def _run_parallel(pending: list[Cell], jobs: int, result: MatrixRun, log, watch) -> None:
     threads = max(1, (os.cpu_count() or 1) // jobs)
     with ProcessPoolExecutor(
         max_workers=jobs,
@@ -206,19 +221,22 @@ def _run_parallel(pending: list[Cell], jobs: int, result: MatrixRun, log) -> Non
         initargs=(threads,),
     ) as pool:
         futures = {pool.submit(run_cell, cell.config): cell for cell in pending}
+        for cell in pending:
+            watch.start(cell)  # shown once its worker writes its first step
         try:
-            _collect(futures, result, log, len(pending))
+            _collect(futures, result, log, len(pending), watch)
         except BaseException as err:
             if _is_interruption(err):
                 _stop_workers(pool)
             raise
 
 
-def _collect(futures, result: MatrixRun, log, total: int) -> None:
+def _collect(futures, result: MatrixRun, log, total: int, watch: CellWatch) -> None:
     from rlvr.train.run import RunInterrupted
 
     for future in as_completed(futures):
         cell = futures[future]
+        watch.finish(cell)
         try:
             summary = future.result()
         except RunInterrupted:
@@ -228,6 +246,110 @@ def _collect(futures, result: MatrixRun, log, total: int) -> None:
             log(f"cell {cell.name} failed: {result.failed[cell.name]}")
             continue
         _done(cell, summary, result, log, total)
+
+
+class CellWatch:
+    """Progress inside the running cells: a thread reads each started cell's metrics.jsonl
+    every `poll_s` seconds and moves its `Progress` (steps done of the cell's `steps`, a bar
+    on a terminal, a line with an ETA every `every_s` off one), which stays quiet for a
+    cell shorter than `after_s`; the matrix's "[k/N] …" line closes it. `poll_s=None`: no
+    thread (the caller calls `poll`, as tests do)."""
+
+    def __init__(
+        self,
+        poll_s: float | None = CELL_POLL_S,
+        after_s: float = CELL_AFTER_S,
+        every_s: float = 30.0,
+        file=None,
+    ) -> None:
+        self.poll_s, self.after_s, self.every_s, self.file = poll_s, after_s, every_s, file
+        self.cells: dict[str, _WatchedCell] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def __enter__(self) -> CellWatch:
+        if self.poll_s is not None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self.poll_s is not None:
+            self._thread.join()
+        for name in list(self.cells):
+            self._close(name)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            self.poll()
+
+    def start(self, cell: Cell) -> None:
+        with self._lock:
+            self.cells[cell.name] = _WatchedCell(cell, time.time())
+
+    def poll(self) -> None:
+        with self._lock:
+            for watched in self.cells.values():
+                watched.poll(self)
+
+    def finish(self, cell: Cell) -> None:
+        self._close(cell.name)
+
+    def _close(self, name: str) -> None:
+        with self._lock:
+            watched = self.cells.pop(name, None)
+        if watched is not None and watched.bar is not None:
+            watched.bar.close(line=False)
+
+
+@dataclass
+class _WatchedCell:
+    cell: Cell
+    started: float  # time.time(): a metrics.jsonl older than this is a previous run's
+    bar: Progress | None = None
+    step: int = 0
+
+    def poll(self, watch: CellWatch) -> None:
+        path = Path(self.cell.config["out"]) / "metrics.jsonl"
+        step = last_step(path, self.started)
+        if step is None:
+            return
+        if self.bar is None:  # its first step: the cell's progress starts here
+            tokens = self.cell.config.get("max_generated_tokens")
+            self.bar = Progress(
+                f"cell {self.cell.name}",
+                int(self.cell.config["steps"]),
+                target=f"{tokens:,} generated tokens" if tokens else None,
+                every_s=watch.every_s,
+                file=watch.file,
+                initial=step,
+                after_s=watch.after_s,
+            )
+        elif step > self.step:
+            self.bar.update(step - self.step)
+        self.step = max(step, self.step)
+
+
+def last_step(path: Path, since: float = 0.0) -> int | None:
+    """The step of the last record of a metrics.jsonl written since `since` (time.time()),
+    or None (no file, an older one, or no complete record yet)."""
+    try:
+        if path.stat().st_mtime < since:
+            return None
+        with path.open("rb") as fh:
+            start = max(0, fh.seek(0, os.SEEK_END) - 65536)  # a record is a few kB
+            fh.seek(start)
+            tail = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = tail.split("\n")[:-1]  # the last is being written (or empty)
+    for line in reversed(lines[1:] if start else lines):  # the first may be cut
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
