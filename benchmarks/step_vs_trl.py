@@ -40,9 +40,18 @@ rlvr's step is the body of `Trainer.train_step` (generate → rewards → `prepa
 `policy_update`) without the task registry and prompt pool. TRL runs offline: the
 tokenizer is built locally, `report_to="none"`, nothing is saved.
 
+A real model (`--model PATH|FILE.gguf|ALIAS`, e.g. smollm2-135m) replaces the tiny
+ones: both sides load it in fp32 with its own tokenizer, on the first `--prompts` prompts,
+with `--lora R` (peft LoRA of rank R, α = 2R, on every linear layer, adapters drawn from one
+seed on both sides; 0 = full fine-tune) and `--beta` (KL to π_ref: TRL keeps a reference
+model, or disables the adapter under LoRA; rlvr a frozen copy, or the adapter-disabled view).
+The fp32 comparison only (no bf16, no floor). Each contestant's peak RSS is printed.
+
 Needs the `bench` extra (`pip install -e .[bench]`); rlvr itself never imports TRL.
 Run: python benchmarks/step_vs_trl.py [--sizes 3m,30m] [--losses grpo,dapo] [--reps 8]
      [--in-process] [--no-floor] [--compile] [--no-bf16]
+     python benchmarks/step_vs_trl.py --model smollm2-135m --prompts 4 --tokens 24 \
+       --beta 0.04 --lora 16 --losses grpo --reps 3 --warmup 1
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ import io
 import os
 import warnings
 
+import step_vs_trl_work as work
 import torch
 from step_vs_trl_bf16 import BF16
 from step_vs_trl_floor import floor, report_floor
@@ -60,7 +70,7 @@ from step_vs_trl_fp32 import FP32
 from step_vs_trl_in_process import run_setting_in_process
 from step_vs_trl_runner import child, report, run_setting
 from step_vs_trl_sides import RlvrSide
-from step_vs_trl_work import PROMPTS, SIZES
+from step_vs_trl_work import SIZES, Work, prompts
 
 # The parts, one file each: step_vs_trl_work (the same work for both sides, the phase
 # clock), step_vs_trl_sides (rlvr's step, TRL's trainer), step_vs_trl_runner (a process
@@ -96,6 +106,14 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="skip the bf16 contestants (TRL bf16=True, rlvr precision/sampler_precision bf16)",
     )
+    parser.add_argument(
+        "--model",
+        help="a real model instead of the tiny ones: directory, GGUF file or alias "
+        "(rlvr's --model); implies --no-bf16 --no-floor",
+    )
+    parser.add_argument("--prompts", type=int, default=8, help="how many of the 8 prompts")
+    parser.add_argument("--lora", type=int, default=0, help="LoRA rank (0: full fine-tune)")
+    parser.add_argument("--beta", type=float, default=0.0, help="KL weight to π_ref")
     names = tuple(name for c in COMPARISONS for name in c.contestants)
     parser.add_argument("--child", choices=names, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)
@@ -104,6 +122,16 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    if not 1 <= args.prompts <= 8 or args.lora < 0 or args.beta < 0:
+        raise SystemExit(
+            f"--prompts must be 1..8 (got {args.prompts}), --lora ≥ 0 (got {args.lora}), "
+            f"--beta ≥ 0 (got {args.beta})"
+        )
+    if args.model and args.in_process:
+        raise SystemExit("--model runs each contestant in its own process; drop --in-process")
+    if args.model:
+        args.sizes, args.no_bf16, args.no_floor = args.model, True, True
+    work.WORK = Work(args.model, args.prompts, args.lora, args.beta)
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     RlvrSide.compile_decode = args.compile
@@ -120,9 +148,10 @@ def main() -> None:
     )
     header = (
         f"# threads={threads} torch {torch.__version__}; "
-        f"{len(PROMPTS)} prompts x {args.group} x {args.tokens} tokens, fp32 (and bf16: "
+        f"{len(prompts())} prompts x {args.group} x {args.tokens} tokens, fp32 (and bf16: "
         f"{'none' if args.no_bf16 or args.in_process else ', '.join(BF16.contestants)}), "
-        f"beta=0; {args.warmup} warm-up + {args.reps} counted steps each, alternating; {where}"
+        f"beta={args.beta}, {f'LoRA r{args.lora}' if args.lora else 'full fine-tune'}; "
+        f"{args.warmup} warm-up + {args.reps} counted steps each, alternating; {where}"
         + ("; rlvr's decode step compiled" if args.compile else "")
     )
     first = True

@@ -14,10 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import step_vs_trl_work as work
 import torch
 from harness import contestants
 from step_vs_trl_sides import RlvrSide, gated, make_side
-from step_vs_trl_work import build_hf_tokenizer, build_model, weights_digest
+from step_vs_trl_work import build_work, weights_digest
 
 from rlvr.models.tiny import count_parameters
 
@@ -79,8 +80,7 @@ def child(name: str, size: str, loss: str, tokens: int, group: int, steps: int, 
         channel.write(json.dumps(message) + "\n")
         channel.flush()
 
-    hf_tok = build_hf_tokenizer()
-    model = build_model(size, len(hf_tok))
+    hf_tok, model = build_work(size)
     ready = {
         "threads": torch.get_num_threads(),
         "params": count_parameters(model),
@@ -126,6 +126,7 @@ def run_setting(size, loss, reps, warmup, tokens, group, threads: int, names):
     flags = [f"--sizes={size}", f"--losses={loss}", f"--reps={reps}", f"--warmup={warmup}"]
     flags += [f"--tokens={tokens}", f"--group={group}", f"--threads={threads}"]
     flags += ["--compile"] if RlvrSide.compile_decode else []
+    flags += work.WORK.flags()
     argv = lambda name: [sys.executable, str(ENTRY), f"--child={name}", *flags]  # noqa: E731
     with contestants(names, argv) as procs:
         ready = {name: proc.receive() for name, proc in procs.items()}
@@ -183,4 +184,7 @@ def report(size, loss, params, results, first: bool, comparisons: list[Compariso
         f"{name} {statistics.median(t['cpu'] for t in results[name]):.3f}" for name in s
     )
     print(f"CPU s/step (median; the process's CPU time over all its threads): {cpu}")
+    if all("rss" in t[-1] for t in results.values()):
+        rss = ", ".join(f"{name} {results[name][-1]['rss']:.2f}" for name in s)
+        print(f"peak RSS GiB (each contestant's process, after its last step): {rss}")
     sys.stdout.flush()

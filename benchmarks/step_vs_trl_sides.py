@@ -9,11 +9,14 @@ import tempfile
 import time
 from contextlib import contextmanager
 
+import step_vs_trl_work as work
 import torch
-from step_vs_trl_work import LR, PAD, PROMPTS, NoEosTokenizer, Phases, correct, reward
+from step_vs_trl_work import LR, NoEosTokenizer, Phases, correct, peak_rss_gib, prompts, reward
 
 from rlvr.algo import prepare_batch
 from rlvr.algo.recipes import get_recipe
+from rlvr.models import response_logprobs
+from rlvr.models.hf_policy import reference_policy
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.train import update as rlvr_update
 from rlvr.train.records.rollout_record import from_generation
@@ -27,13 +30,21 @@ class RlvrSide:
     def __init__(
         self, model, hf_tok, loss: str, tokens: int, group: int, precision: str = "fp32"
     ) -> None:
+        w = work.WORK
+        if w.lora:  # peft's adapters on the model itself, as rlvr's policy.lora attaches them
+            from peft import get_peft_model
+
+            torch.manual_seed(work.LORA_SEED)
+            model = get_peft_model(model, w.lora_config()).get_base_model()
         self.model = model.train()
         self.tokenizer = NoEosTokenizer(hf_tok)
         # TRL's loss_type="dapo" is DAPO's loss (token-mean, clip-higher 0.28) without
         # dynamic sampling; rlvr's dapo recipe is run the same way so both train every row.
         self.recipe = get_recipe(
-            loss, kl_coef=0.0, **({"dynamic_sampling": False} if loss == "dapo" else {})
+            loss, kl_coef=w.beta, **({"dynamic_sampling": False} if loss == "dapo" else {})
         )
+        # π_ref: a frozen copy, or with LoRA the policy with its adapters off (no copy).
+        self.reference = reference_policy(model) if self.recipe.needs_reference else None
         # bf16: autocast over float32 master weights, sampling from a bf16 copy synced
         # after every update (precision: bf16, sampler_precision: bf16).
         self.engine = sampling_engine(
@@ -44,12 +55,14 @@ class RlvrSide:
             precision,
             "bf16" if precision == "bf16" else "same",
         )
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+        trained = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(trained, lr=LR, weight_decay=0.0)
         self.params = SamplingParams(group, 1.0, 1.0, tokens)
+        pad = self.tokenizer.pad_token_id
         self.settings = UpdateSettings(
-            1, 1, len(PROMPTS) * group, 1.0, tokens, 1.0, PAD, precision=precision
+            1, 1, len(prompts()) * group, 1.0, tokens, 1.0, pad, precision=precision
         )
-        self.prompt_ids = [self.tokenizer.encode(p) for p in PROMPTS]
+        self.prompt_ids = [self.tokenizer.encode(p) for p in prompts()]
         self.generator = torch.Generator().manual_seed(0)
         self.phases = Phases()
         self.engine.generate_ids = self.phases.wrap("generation", self.engine.generate_ids)
@@ -59,8 +72,14 @@ class RlvrSide:
         gen = self.engine.generate_ids(self.prompt_ids, self.params, self.generator)
         rewards = [reward(t) for t in gen.texts]
         rollout = from_generation(
-            gen, PROMPTS, 0, [correct(t) for t in gen.texts], [True] * len(rewards), rewards
+            gen, prompts(), 0, [correct(t) for t in gen.texts], [True] * len(rewards), rewards
         )
+        if self.reference is not None:  # as the trainer's `_annotate`, before any update
+            with self.phases.time("logprob"), torch.no_grad():
+                pad = self.tokenizer.pad_token_id
+                rollout.ref_logprobs = rollout.forward_rows(
+                    lambda p, r, m: response_logprobs(self.reference, p, r, m, pad), len(rewards)
+                )
         prepared = prepare_batch(
             self.recipe,
             rewards=rollout.rewards,
@@ -74,7 +93,14 @@ class RlvrSide:
             policy_update(self.model, self.optimizer, self.recipe, rollout, prepared, self.settings)
         self.engine.sync_weights()  # bf16: the sampler's copy; fp32: nothing to do
         elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
-        return {"step": elapsed, "cpu": cpu, "rows": int(prepared.keep.sum()), **self.phases.take()}
+        rows = int(prepared.keep.sum())
+        return {
+            "step": elapsed,
+            "cpu": cpu,
+            "rows": rows,
+            "rss": peak_rss_gib(),
+            **self.phases.take(),
+        }
 
     @contextmanager
     def _timed_update(self):
@@ -128,6 +154,7 @@ class TrlSide:
                     {
                         "step": time.perf_counter() - side._start,
                         "cpu": time.process_time() - side._start_cpu,
+                        "rss": peak_rss_gib(),
                         **phases.take(),
                     }
                 )
@@ -148,21 +175,25 @@ class TrlSide:
             lr_scheduler_type="constant",
             warmup_steps=0,
             max_grad_norm=1.0,
-            per_device_train_batch_size=len(PROMPTS) * group,
+            per_device_train_batch_size=len(prompts()) * group,
             num_generations=group,
             max_completion_length=tokens,
             temperature=1.0,
             top_p=1.0,
             top_k=0,
             generation_kwargs={"min_new_tokens": tokens},
-            beta=0.0,
+            beta=work.WORK.beta,
             loss_type=loss,
             gradient_checkpointing=checkpointing,
             dataloader_num_workers=0,
             seed=0,
             **extra,
         )
-        dataset = Dataset.from_dict({"prompt": PROMPTS * 4})
+        dataset = Dataset.from_dict({"prompt": prompts() * 4})
+        lora = {}
+        if work.WORK.lora:  # TRL wraps the model in peft itself; same adapter, same seed
+            torch.manual_seed(work.LORA_SEED)
+            lora = {"peft_config": work.WORK.lora_config()}
         self.trainer = GRPOTrainer(
             model=model,
             reward_funcs=[lambda completions, **kw: [reward(c) for c in completions]],
@@ -170,6 +201,7 @@ class TrlSide:
             train_dataset=dataset,
             processing_class=hf_tok,
             callbacks=[Clock()],
+            **lora,
         )
         t = self.trainer
         t._generate = phases.wrap("generation", t._generate)

@@ -1,14 +1,19 @@
 """The same work for both sides of `step_vs_trl.py`: one freshly initialised Qwen2-style
 model (seed 0, fp32, character vocabulary of 50), one tokenizer built in memory, the 8
-prompts and the reward; and the phase clock every contestant's step is timed with."""
+prompts and the reward; or, with `--model`, a real model read from a directory, GGUF file
+or alias (`rlvr.models.load.resolve_model`) with its own tokenizer, the first `--prompts`
+prompts, LoRA of rank `--lora` on every linear layer (0: full fine-tune) and KL weight
+`--beta`; and the phase clock every contestant's step is timed with."""
 
 from __future__ import annotations
 
 import hashlib
+import resource
 import string
 import time
 from collections import defaultdict
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
@@ -19,6 +24,62 @@ SIZES = {  # name: (hidden, layers, heads, intermediate)
 CHARS = string.ascii_lowercase + string.digits + "+-*=() ."  # 44 + 2 specials + 4 spare
 PAD, EOS = 0, 1
 LR = 1e-5
+
+
+@dataclass(frozen=True)
+class Work:
+    """What `--model`, `--prompts`, `--lora` and `--beta` change (the defaults: the tiny
+    models' work as before)."""
+
+    model: str | None = None
+    prompts: int = 8
+    lora: int = 0
+    beta: float = 0.0
+
+    def flags(self) -> list[str]:
+        """The same work for a contestant's process."""
+        model = [f"--model={self.model}"] if self.model else []
+        return [*model, f"--prompts={self.prompts}", f"--lora={self.lora}", f"--beta={self.beta}"]
+
+    def lora_config(self):
+        """Both sides' adapter: rank r, α = 2r, every linear layer (TRL's and peft's
+        "all-linear" skips the LM head)."""
+        from peft import LoraConfig
+
+        r = self.lora
+        return LoraConfig(r=r, lora_alpha=2 * r, target_modules="all-linear", task_type="CAUSAL_LM")
+
+
+WORK = Work()
+"""Set once per process by `step_vs_trl.py` from its flags, before any side is built."""
+
+LORA_SEED = 1  # both sides draw their adapters' A from it (B starts at 0)
+
+
+def prompts() -> list[str]:
+    return PROMPTS[: WORK.prompts]
+
+
+def build_work(size: str) -> tuple:
+    """(HF tokenizer, fp32 model in train mode): the tiny model of `size`, or `WORK.model`."""
+    if WORK.model is None:
+        hf_tok = build_hf_tokenizer()
+        return hf_tok, build_model(size, len(hf_tok))
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlvr.models.load import resolve_model
+
+    source = resolve_model(WORK.model)
+    hf_tok = AutoTokenizer.from_pretrained(source)
+    if hf_tok.pad_token_id is None:
+        hf_tok.pad_token = hf_tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(source, torch_dtype=torch.float32)
+    return hf_tok, model.train()
+
+
+def peak_rss_gib() -> float:
+    """This process's peak resident memory so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def build_model(size: str, vocab: int, seed: int = 0):
@@ -59,11 +120,11 @@ class NoEosTokenizer:
     """rlvr's tokenizer interface over the same vocabulary, with an EOS id no token has,
     so every row runs the full budget (TRL's `min_new_tokens` does the same there)."""
 
-    pad_token_id = PAD
     eos_token_id = -1
 
     def __init__(self, hf) -> None:
         self.hf = hf
+        self.pad_token_id = hf.pad_token_id if hf.pad_token_id is not None else PAD
 
     @property
     def vocab_size(self) -> int:
