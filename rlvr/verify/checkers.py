@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from rlvr.verify.math_answers import check_aime, check_gsm8k
+from rlvr.verify.math_answers import check_aime, check_gsm8k, check_last_number
 from rlvr.verify.qa import check_exact_match
 from rlvr.verify.symbolic import check_dapo_math, check_math, warm_up
 from rlvr.verify.timeout import VerifierTimeout, call_with_timeout
@@ -26,12 +26,13 @@ CHECKERS: dict[str, Checker] = {
     "aime": check_aime,
     "dapo_math": check_dapo_math,
     "exact_match": check_exact_match,  # short-answer QA (NQ, HotpotQA): rlvr.verify.qa
+    "last_number": check_last_number,  # the last number anywhere (a chat model's own words)
 }
 """Verifier name → ``fn(completion, reference) -> Verdict`` (module-level, picklable)."""
 
 WARM_UPS: dict[str, Callable[[], None]] = {"math": warm_up, "dapo_math": warm_up}
 """One-off set-up run outside the time limit (imports that must not be interrupted)."""
-DEFAULT_TIMEOUT_S = {"gsm8k": 1.0, "aime": 1.0, "math": 5.0, "dapo_math": 5.0}
+DEFAULT_TIMEOUT_S = {"gsm8k": 1.0, "last_number": 1.0, "aime": 1.0, "math": 5.0, "dapo_math": 5.0}
 FAILURES: Counter[str] = Counter()
 """Per process: ``"<task>/timeout"`` and ``"<task>/error"`` counts of failed checks."""
 

@@ -126,3 +126,22 @@ def check_aime(completion: str, reference: str) -> Verdict:
     correct = value == expected
     reason = "correct" if correct else f"expected {expected}, got {value}"
     return Verdict(correct, True, extracted, reason=reason)
+
+
+_LAST_NUMBER = re.compile(r"-?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?")
+
+
+def check_last_number(completion: str, reference: str) -> Verdict:
+    """The last number written anywhere in the completion, equal to the reference: the
+    lenient extraction of lm-evaluation-harness's GSM8K "flexible-extract" filter, for a
+    small chat model that answers in its own words ("2 + 9 = 11.") and never boxes."""
+    expected = parse_number(gsm8k_gold(reference))
+    if expected is None:
+        raise ValueError(f"reference answer {reference!r} is not a number")
+    numbers = _LAST_NUMBER.findall(tail(completion))
+    if not numbers:
+        return Verdict(False, False, None, reason="no number in the completion")
+    extracted = numbers[-1].replace(",", "")
+    correct = Decimal(extracted) == expected
+    reason = "correct" if correct else f"expected {expected}, got {extracted}"
+    return Verdict(correct, True, extracted, reason=reason)
