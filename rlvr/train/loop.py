@@ -269,7 +269,8 @@ class Trainer:
             metrics["loss/entropy_coef"] = coef
             self.entropy_control = self.entropy_control.update(metrics["policy/entropy"])
         self.engine.sync_weights()
-        metrics.update(self._probe_sync(f"after the weight sync of step {self.step + 1}"))
+        if self.sync_probe is not None and self.sync_probe.due(self.step + 1):
+            metrics.update(self._probe_sync(f"after the weight sync of step {self.step + 1}"))
         if self.critic is not None:
             metrics.update(
                 self._critic_steps(rollout, prepared.returns, prepared.response_mask, prepared.keep)

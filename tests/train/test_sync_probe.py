@@ -121,6 +121,18 @@ def test_the_fake_vllm_engine_passes_when_every_sync_lands(tmp_path):
     assert trainer.engine.backend.calls.count("score") == 3  # at the start, after each sync
 
 
+def test_syncs_after_the_second_step_are_probed_every_nth_step(tmp_path):
+    # every = 3: steps 1 and 2 always, then 3 and 6; not 4, 5 or 7.
+    cfg = _hf_config(tmp_path, policy=LORA, **FAKE_VLLM, steps=7, sync_probe_every=3)
+    trainer = Trainer(resolve_config(cfg))
+    probed = []
+    for step in range(1, 8):
+        trainer.step = step - 1
+        probed.append("train/sync_probe_gap" in trainer.train_step())
+    assert probed == [True, True, True, False, False, True, False]
+    assert trainer.engine.backend.calls.count("score") == 1 + 4  # before step 1, then 1,2,3,6
+
+
 def _forget_sync(backend, which: int) -> None:
     """The backend acknowledges the `which`-th load_weights call and keeps its weights."""
     load, count = backend.load_weights, []
@@ -204,6 +216,8 @@ def test_vllm_backend_reads_the_prompt_logprobs_of_the_response(monkeypatch):
     [
         ({"sync_probe_tol": 0.0}, "sync_probe_tol must be a number > 0 or null, got 0.0"),
         ({"sync_probe": False, "sync_probe_tol": 0.1}, "sync_probe=false turns the probe off"),
+        ({"sync_probe_every": 0}, "sync_probe_every must be an integer ≥ 1, got 0"),
+        ({"sync_probe_every": 2.5}, r"sync_probe_every must be int, got 2.5 \(float\)"),
     ],
 )
 def test_bad_probe_settings_are_named(small_config, fields, message):

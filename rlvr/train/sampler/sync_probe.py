@@ -9,6 +9,11 @@ sync (and once before the first step) compares the engine's log-probs of those t
 trainer's (`response_logprobs`), both at temperature 1. A mean |difference| above the
 tolerance stops the run with one line naming the step and the gap.
 
+The probe runs after the syncs of steps 1 and 2 and then of every `sync_probe_every`-th
+step (default 10): a sync that never lands, or lands the wrong weights, is caught at step
+1; one that starts failing later is caught within `sync_probe_every` steps. On SmolLM2-135M
+a probe costs about 1.4 s, 7–10 % of a GRPO step; every 10th step makes it about 1 %.
+
 The tolerance is per engine: the HF engine shares the trainer's module, so only the
 decode path's rounding separates them (tight in float32); vLLM holds its own copy in its
 own kernels (bf16), so its noise floor is higher. `sync_probe_tol` overrides both.
@@ -26,6 +31,8 @@ from rlvr.models.logprobs import response_logprobs
 
 PROBE_ITEMS = 4
 PROBE_MAX_TOKENS = 32
+ALWAYS_PROBED = 2
+"""The first steps whose syncs are always probed, whatever `sync_probe_every` says."""
 TOLERANCE = {"hf_float32": 1e-3, "hf": 5e-2, "vllm": 5e-2}
 """Default mean |log π_engine − log π_trainer| allowed, by engine (and policy dtype)."""
 
@@ -48,7 +55,13 @@ class SyncProbe:
     prompt_ids: list[list[int]]
     response_ids: list[list[int]]
     tolerance: float
+    every: int = 1
     started: bool = field(default=False)
+
+    def due(self, step: int) -> bool:
+        """Whether the sync after step `step` (1-based) is probed: the first
+        `ALWAYS_PROBED`, then every `every`-th."""
+        return step <= ALWAYS_PROBED or step % self.every == 0
 
     @classmethod
     def from_problems(cls, problems, tokenizer, tolerance: float) -> SyncProbe:
@@ -117,4 +130,6 @@ def make_sync_probe(cfg, task, tokenizer, model: torch.nn.Module) -> SyncProbe |
         )
         return None
     tolerance = cfg.sync_probe_tol or default_tolerance(cfg.rollout_engine, model)
-    return SyncProbe.from_problems(task.problems("train"), tokenizer, tolerance)
+    probe = SyncProbe.from_problems(task.problems("train"), tokenizer, tolerance)
+    probe.every = cfg.sync_probe_every
+    return probe
