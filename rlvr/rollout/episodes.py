@@ -58,6 +58,7 @@ class EpisodeRecord:
     env_failed: str | None = None  # why the environment itself failed, if it did
     ended_by: str = ""  # one of rlvr.envs.budgets.ENDINGS
     calls: list[str | None] = field(default_factory=list)  # each answered turn's Reply.call
+    spans: list[tuple[int, int]] = field(default_factory=list)  # each turn's [start, end) ids
 
 
 @dataclass
@@ -197,6 +198,7 @@ def _take_turn(episode, gen, row, tokenizer, params, budgets, frame=None) -> Non
     stopped = cut is not None and cut <= room  # the turn reached a stop string
     length = cut if stopped else min(n, room)
     eos = length == n and not bool(gen.truncated[row]) and cut is None
+    record.spans.append((len(episode.ids), len(episode.ids) + length))
     episode.ids += ids[:length]
     episode.logprobs += gen.sampler_logprobs[row, :length].tolist()
     episode.forced += [0.0] * length

@@ -54,7 +54,7 @@ from rlvr.train.records.step_metrics import step_metrics
 from rlvr.train.sampler.lag import find_lagged, lagged_engine
 from rlvr.train.sampler.precision import check_device, probe_tolerance, sampling_engine
 from rlvr.train.sampler.sync_probe import make_sync_probe
-from rlvr.train.teacher_model import load_teacher, teacher_metrics
+from rlvr.train.teacher_model import load_teacher, rollout_turn_ids, teacher_metrics
 from rlvr.train.update import UpdateSettings, minibatch_rows, policy_update
 from rlvr.warmstart import load_policy
 
@@ -344,6 +344,7 @@ class Trainer:
             teacher_logprobs=rollout.teacher_logprobs,
             lengths=rollout.lengths,  # the inserted phrase counts toward L_max, so the ramp too
             sampler_logprobs=rollout.sampler_logprobs,  # for rejection (rollout correction)
+            turn_ids=rollout_turn_ids(rollout),  # agent turns, for AgentOPSD's turn credit
         )
 
     def _critic_steps(self, rollout, returns, mask, keep) -> dict[str, float]:

@@ -30,7 +30,7 @@ REQUIRED = (
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_recipe_runs_two_steps(recipe, small_config):
     extra = {"value_pretrain_steps": 1} if recipe == "vapo" else {}
-    if RECIPES[recipe].teacher_kl_coef:  # opd, opsd: the frozen student sees the answer
+    if RECIPES[recipe].needs_teacher:  # opd, opsd, agent_opsd: the frozen student sees the answer
         extra["teacher"] = {"model": "self", "prompt_template": "{prompt}{answer}\n{prompt}"}
     cfg = small_config(recipe=recipe, steps=2, **extra)
     summary = run_training(cfg)
