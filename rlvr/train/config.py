@@ -238,9 +238,11 @@ class TrainConfig:
     teacher: dict = field(
         default_factory=dict,
         metadata={
-            "doc": "on-policy distillation's teacher (recipes opd, opsd): model (a hub id or "
-            "path, a checkpoint directory, or 'self': the frozen step-0 student) and "
-            "prompt_template (its own prompt; may use {answer} and dataset columns)"
+            "doc": "on-policy distillation's teacher (recipes opd, opsd, agent_opsd): model (a "
+            "hub id or path, a checkpoint directory, 'self': the frozen step-0 student, or "
+            "'current': the policy being trained), prompt_template (its own prompt; may use "
+            "{answer}, dataset columns and {skill}) and skills ({field, texts, pattern}: the "
+            "{skill} text per row, docs/20-agent-opsd.md)"
         },
     )
 
