@@ -253,3 +253,29 @@ def test_two_steps_on_the_calculator_episodes_move_the_turn_weights(tmp_path):
     assert max(r["turn/turns_mean"] for r in steps) > 1.0  # multi-turn episodes
     assert max(r["turn/weight_dev_mean"] for r in steps) > 0.0  # the mechanism is active
     assert max(r["turn/evidence_abs_mean"] for r in steps) > 0.0
+
+
+def test_two_steps_on_the_household_world_with_a_skill_per_task_type(tmp_path):
+    """The household world through the loop: a random local Qwen2 with room for a game
+    (the embedded model's 128 positions hold none), the teacher shown its row's task-type
+    skill, turns from the episodes' records. The random policy never wins, so the reward
+    is `digits` (in [0, 1], see the chapter on rewards ≤ 0)."""
+    trainer = local_trainer(
+        tmp_path,
+        model_attributes={"max_position_embeddings": 2048},
+        task="household",
+        task_options={"max_steps": 3, "train_size": 40, "dev_size": 4, "eval_size": 4},
+        max_new_tokens=200,
+        recipe="agent_opsd",
+        reward_funcs=[DIGITS],
+        teacher={"model": "current", "prompt_template": "{skill}\n{prompt}", "skills": BY_TYPE},
+    )
+    rollout = trainer._collect().rollout
+    for uid, ids in zip(rollout.problem_uids, trainer.teacher.prompt_ids(rollout), strict=True):
+        kind = trainer.teacher.problems[uid].answer.split("/")[0]
+        assert trainer.tokenizer.decode(ids).startswith(SKILLS[kind] + "\n")
+    assert max(e.turns for e in rollout.episodes) > 1
+    metrics = [trainer.train_step() for _ in range(2)]
+    assert all(m["train/update_skipped"] == 0.0 for m in metrics)
+    assert max(m["turn/turns_mean"] for m in metrics) > 1.0
+    assert max(m["turn/weight_dev_mean"] for m in metrics) > 0.0
