@@ -13,6 +13,7 @@ from rlvr.tasks.guess_number import GuessNumberTask
 from rlvr.tasks.household import HouseholdTask
 from rlvr.tasks.lookup import LookupTask
 from rlvr.tasks.math_data import DATA_TASKS
+from rlvr.tasks.shapes import ShapesTask
 from rlvr.tasks.worked import WorkedArithmeticTask
 
 TASKS: dict[str, type[Task]] = {
@@ -23,6 +24,7 @@ TASKS: dict[str, type[Task]] = {
     GuessNumberTask.name: GuessNumberTask,
     HouseholdTask.name: HouseholdTask,
     WorkedArithmeticTask.name: WorkedArithmeticTask,
+    ShapesTask.name: ShapesTask,
     **DATA_TASKS,
 }
 

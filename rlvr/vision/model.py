@@ -166,7 +166,10 @@ class VisionLanguageBackbone(nn.Module):
             )
         if not found:
             return embeds
-        patches = self.projector(self.vision(pixel_values.to(embeds.dtype)))  # (N, P, H)
+        # Pixels in [0, 1] centred to [−1, 1]: uncentred, the tiny ViT's patch features
+        # barely varied with the picture and the warm start stayed at chance (measured).
+        centred = pixel_values.to(embeds.dtype) * 2 - 1
+        patches = self.projector(self.vision(centred))  # (N, P, H)
         return embeds.masked_scatter(image[..., None], patches.reshape(-1, embeds.shape[-1]))
 
     def forward(

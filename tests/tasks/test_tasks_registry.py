@@ -14,6 +14,7 @@ def test_registry_contents():
         "guess_number",
         "household",
         "worked",
+        "shapes",
         "dataset",
         "gsm8k",
         "math",

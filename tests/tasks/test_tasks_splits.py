@@ -209,6 +209,7 @@ LEAK_SETTINGS = {
     "lookup": (_lookup_key, [{}, {"hops": 2}, {"tools": False}]),
     "guess_number": (_game_key, [{}, {"high": 40}]),
     "household": (lambda problem: problem.answer, [{}]),  # the game id: task type and seed
+    "shapes": (lambda problem: problem.pixel_values.numpy().tobytes(), [{}]),  # the picture
 }
 
 
