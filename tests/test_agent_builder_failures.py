@@ -310,7 +310,10 @@ def test_a_config_tool_env_says_the_first_unknown_call(user_modules, capsys):
     env.step("<calc>1+3</calc>")
     err = capsys.readouterr().err
     assert err.count("rlvr: the policy made a call") == 1
-    assert "could not run: <result>error: no tool 'calc'; tools: convert" in err
+    assert err.splitlines()[0] == (  # the trial's 1e: `tools: [my_tools:mul]`, model calls calc
+        "rlvr: the policy made a call that tools [my_tools:convert] could not run: "
+        "<result>error: no tool 'calc'; tools: convert</result>"
+    )
 
 
 def test_an_isolated_environments_failure_is_printed_by_the_trainer(user_modules, capsys):

@@ -87,7 +87,7 @@ class FailureNotices:
         if not self._first("call"):
             return
         _print(
-            f"the policy made a call {self.name} could not run: {reply.observation.strip()}",
+            f"the policy made a call that {self.name} could not run: {reply.observation.strip()}",
             None,
             "it hears that as the call's observation. Further invalid calls are counted "
             "(env/valid_call_rate), not printed",
