@@ -15,6 +15,8 @@ from rlvr.models.aliases import ALIASES, alias_path
 from rlvr.models.gguf import gguf_directory, is_gguf
 from rlvr.models.logprobs import lm_head_logits
 from rlvr.models.tokenizer import TOKENIZER_FILE, CharTokenizer, HFTokenizer, Tokenizer
+from rlvr.vision import TinyVLM, VisionTokenizer
+from rlvr.vision.model import CONFIG_FILE as VLM_CONFIG_FILE
 
 EMBEDDED = "embedded"
 LOADABLE = (
@@ -30,6 +32,10 @@ def load_pretrained(name: str) -> tuple[PreTrainedModel, Tokenizer, dict[str, An
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = resolve_model(name)
+    if (Path(source) / VLM_CONFIG_FILE).is_file():  # the embedded VLM, as a run saved it
+        policy = TinyVLM.from_pretrained(source).train()
+        tokenizer = VisionTokenizer.load(source, CharTokenizer.load(source))
+        return policy, tokenizer, {"model": name, "parameters": policy.num_parameters()}
     check_local_model(source)
     try:
         policy = AutoModelForCausalLM.from_pretrained(source)
