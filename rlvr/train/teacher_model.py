@@ -342,9 +342,12 @@ def teacher_metrics(rollout: Rollout, seconds: float) -> dict[str, float]:
     return {**metrics, "time/teacher_s": seconds}
 
 
-def rollout_turn_ids(rollout: Rollout) -> torch.Tensor:
+def rollout_turn_ids(rollout: Rollout) -> torch.Tensor | None:
     """(B, T) each policy token's agent turn k ≥ 1 (0 on observations and padding), from
-    the episodes' records (`EpisodeRecord.spans`); a row without a record is one turn."""
-    episodes = rollout.episodes or [None] * len(rollout)
-    spans = [None if e is None else e.spans for e in episodes]
+    the episodes' records (`EpisodeRecord.spans`); a row without a record is one turn.
+    None for a batch without episodes: every response is one turn, which the advantage
+    reads from its mask."""
+    if rollout.episodes is None:
+        return None
+    spans = [None if e is None else e.spans for e in rollout.episodes]
     return turn_ids_from_spans(spans, rollout.loss_mask)

@@ -200,6 +200,8 @@ def test_turn_ids_by_hand_from_the_record():
         [1, 1, 1, 1, 1, 0, 0, 0],
         [1, 1, 2, 0, 0, 0, 0, 0],
     ]
+    # A batch without episodes (a single-turn task): None, each response one turn.
+    assert rollout_turn_ids(_rollout(policy, forced, None)) is None
 
 
 def test_turn_spans_of_real_episodes_tile_the_policy_tokens(tmp_path):

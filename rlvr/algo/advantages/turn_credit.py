@@ -25,14 +25,15 @@ def turn_ids_from_spans(
     """(N, T) long: k on the policy tokens of row i's k-th span [start, end) (k ≥ 1), 0 on
     every other token (observations, padding). `spans[i]`: the turns of an episode
     (`EpisodeRecord.spans`); None: a single-turn response, one turn over its policy tokens."""
-    ids = torch.zeros(policy_mask.shape, dtype=torch.long, device=policy_mask.device)
+    policy = policy_mask.detach().cpu() > 0  # filled on the CPU: one slice per turn
+    ids = torch.zeros(policy.shape, dtype=torch.long)
     for i, row in enumerate(spans):
         if row is None:
-            ids[i] = (policy_mask[i] > 0).long()
+            ids[i] = policy[i].long()
             continue
         for k, (start, end) in enumerate(row, start=1):
             ids[i, start:end] = k
-    return torch.where(policy_mask > 0, ids, torch.zeros_like(ids))
+    return torch.where(policy, ids, torch.zeros_like(ids)).to(policy_mask.device)
 
 
 def sequence_advantages(
