@@ -170,7 +170,9 @@ class VisionLanguageBackbone(nn.Module):
         # barely varied with the picture and the warm start stayed at chance (measured).
         centred = pixel_values.to(embeds.dtype) * 2 - 1
         patches = self.projector(self.vision(centred))  # (N, P, H)
-        return embeds.masked_scatter(image[..., None], patches.reshape(-1, embeds.shape[-1]))
+        # Under a bf16 autocast the projector's products come out bf16, the lookup float32.
+        patches = patches.reshape(-1, embeds.shape[-1]).to(embeds.dtype)
+        return embeds.masked_scatter(image[..., None], patches)
 
     def forward(
         self,
