@@ -88,6 +88,13 @@ class TrainConfig:
     num_minibatches: int = _doc("optimizer steps per rollout batch (off-policy updates)", 1)
     ppo_epochs: int = _doc("passes over each rollout batch", 1)
     micro_batch_size: int = _doc("rows per forward/backward (gradient accumulation)", 64)
+    memory_budget_gib: float | None = _doc(
+        "lower the rows per training micro-batch so the saved activations of its longest "
+        "row, with the weights, gradients and AdamW state, fit in this many GiB "
+        "(rlvr/train/memory_budget.py; train/micro_batch_rows logs the rows used); null: "
+        "always micro_batch_size rows",
+        8.0,
+    )
     critic_lr: float = _doc("critic learning rate (critic recipes)", 1e-3)
     eval_every: int = _doc("evaluate every N steps (also before the first and after the last)", 10)
     eval_size: int = _doc("held-out problems per evaluation (0: the whole eval split)", 200)
@@ -333,6 +340,9 @@ class TrainConfig:
         if not str(self.out).strip():
             raise ValueError("out must name an output directory, got an empty string")
         check_int("sync_probe_every", self.sync_probe_every)
+        budget = self.memory_budget_gib
+        if budget is not None and (not is_number(budget) or not budget > 0):
+            raise ValueError(f"memory_budget_gib must be a number > 0 or null, got {budget!r}")
         tol = self.sync_probe_tol
         if tol is not None and (not is_number(tol) or not tol > 0):
             raise ValueError(f"sync_probe_tol must be a number > 0 or null, got {tol!r}")

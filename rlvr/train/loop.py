@@ -48,6 +48,7 @@ from rlvr.train.collect import (
 from rlvr.train.config import TrainConfig, check_eval_size
 from rlvr.train.config_checks import warn_overlong_budget
 from rlvr.train.critic import critic_optimizer, critic_update, critic_values
+from rlvr.train.memory_budget import activation_budget
 from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.records.rollout_record import Rollout
 from rlvr.train.records.step_metrics import step_metrics
@@ -121,6 +122,14 @@ class Trainer:
             cfg.temperature,
             self.tokenizer.pad_token_id,
             precision=cfg.precision,
+            activation_bytes=None
+            if cfg.memory_budget_gib is None
+            else activation_budget(
+                cfg.memory_budget_gib,
+                self.model,
+                # a frozen copy is a module; LoRA's adapter-disabled view holds no weights
+                reference_copy=isinstance(self.reference, torch.nn.Module),
+            ),
         )
         self.step = 0
         warn_overlong_budget(self.recipe, cfg.max_new_tokens, self.tokenizer, self.pool.problems)

@@ -21,6 +21,7 @@ from rlvr.algo.recipes import Recipe
 from rlvr.algo.registry import SURROGATES
 from rlvr.models.logprobs import response_logprobs
 from rlvr.models.precision import autocast, model_device
+from rlvr.train.memory_budget import micro_batch_rows
 from rlvr.train.records.rollout_record import Rollout
 
 if TYPE_CHECKING:
@@ -38,6 +39,20 @@ class UpdateSettings:
     pad_id: int
     log_entropy: bool = True
     precision: str = "fp32"  # the forwards' autocast (rlvr/train/sampler/precision.py)
+    activation_bytes: int | None = None
+    """What `memory_budget_gib` leaves for saved activations (rlvr/train/memory_budget.py);
+    None: every micro-batch holds `micro_batch_size` rows."""
+
+
+def micro_batch_size(settings: UpdateSettings, model: torch.nn.Module, rollout: Rollout) -> int:
+    """Rows per training micro-batch for this rollout: `micro_batch_size`, lowered so the
+    longest row's saved activations times the rows fit in the memory budget. One number
+    for the whole rollout, so every rank of a data-parallel run agrees on it."""
+    config = getattr(model, "config", None)
+    if settings.activation_bytes is None or not hasattr(config, "num_attention_heads"):
+        return settings.micro_batch_size
+    tokens = max(map(len, rollout.prompt_ids)) + rollout.response_ids.shape[1]
+    return micro_batch_rows(config, tokens, settings.activation_bytes, settings.micro_batch_size)
 
 
 def minibatch_rows(
@@ -112,6 +127,7 @@ def policy_update(
     computed_rows = optimizer_steps = nonfinite = 0
     worst = None  # the largest |log π_old − log π_sampler| the loss saw
     coef = recipe.entropy_coef if entropy_coef is None else entropy_coef
+    size = micro_batch_size(settings, model, rollout)
     for _ in range(settings.ppo_epochs):
         minibatches = minibatch_rows(
             rollout.group_ids, prepared.keep, settings.num_minibatches, generator
@@ -128,7 +144,7 @@ def policy_update(
             optimizer.zero_grad(set_to_none=True)
             mine = rows if data_parallel is None else data_parallel.shard(rollout.group_ids, rows)
             active = rollout.by_length((mine & ~skip).nonzero().squeeze(-1))
-            for micro in torch.split(active, settings.micro_batch_size) if len(active) else ():
+            for micro in torch.split(active, size) if len(active) else ():
                 micro_stats = _micro_step(
                     model, recipe, rollout, prepared, weights, nll_weights, micro, settings, coef
                 )
@@ -139,7 +155,6 @@ def policy_update(
             computed_rows += len(active)
             if data_parallel is not None:
                 computed = rows & ~skip
-                size = settings.micro_batch_size
                 for _ in range(data_parallel.idle_micro_batches(rollout.group_ids, computed, size)):
                     _idle_micro_step(model, rollout, int(rows.nonzero()[0]), settings)
                 data_parallel.all_reduce_grads(model)
@@ -164,6 +179,7 @@ def policy_update(
             "train/optimizer_steps": float(optimizer_steps),
             "train/nonfinite_skipped": float(nonfinite),
             "train/skipped_rows": float(skipped),
+            "train/micro_batch_rows": float(size),  # the rows per micro-batch used
             # Estimated from the measured cost per computed row.
             "time/skip_saved_s": elapsed / max(computed_rows, 1) * skipped,
             "time/policy_update_s": elapsed,
