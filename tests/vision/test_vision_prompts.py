@@ -3,6 +3,8 @@ the errors, and text-only prompts left exactly as they were."""
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import torch
 from vision_testlib import TOK, images
@@ -36,3 +38,11 @@ def test_text_only_prompts_are_untouched():
     assert encode_image_problems(TOK, [problem]) == [CharTokenizer().encode(problem.prompt)]
     with pytest.raises(ValueError, match="tokenizer \\(CharTokenizer\\) has no image placeholder"):
         encode_image_problems(CharTokenizer(), [problem])
+
+
+def test_a_pickled_prompt_keeps_its_pixels():
+    # Rollouts cross processes (async pipeline, Ray actors) pickled.
+    prompt = TOK.encode_images("<image>?", images(1, seed=0)[0])
+    back = pickle.loads(pickle.dumps(prompt))
+    assert isinstance(back, ImagePrompt) and back == prompt and back.spans == [(0, 9)]
+    assert torch.equal(back.pixel_values, prompt.pixel_values)
