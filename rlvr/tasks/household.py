@@ -23,6 +23,7 @@ from rlvr.envs.budgets import EpisodeBudgets
 from rlvr.envs.household import (
     TASK_TYPES,
     HouseholdEnvironment,
+    compact_observation,
     game_from_id,
     make_game,
     prompt_text,
@@ -33,6 +34,11 @@ from rlvr.envs.household.environment import observation_text
 from rlvr.envs.household.world import World
 from rlvr.tasks.base import Draft, Problem, SyntheticTask, alphabet_of
 from rlvr.verify import Verdict
+
+TEXT_MODES = ("full", "compact")
+COMPACT_POSITIONS = 768
+"""Context of the embedded model for the compact text: the longest prompt and walkthrough
+of the default splits together (measured: at most 602 characters) with room for slack."""
 
 
 class HouseholdTask(SyntheticTask):
@@ -52,6 +58,7 @@ class HouseholdTask(SyntheticTask):
         max_observation_tokens: int | None = None,
         max_turn_tokens: int | None = 48,
         env_errors: str = "drop",
+        text: str = "full",
     ) -> None:
         """
         Args:
@@ -66,6 +73,9 @@ class HouseholdTask(SyntheticTask):
                 `replay_text` reads every observation back.
             max_turn_tokens: tokens of one command (the longest is under 48 characters).
             env_errors: as for calculator.
+            text: "full" (ALFWorld's text) or "compact": the room, the goal and where the
+                goal's objects start as the prompt, terse observations (`compact_observation`),
+                so an episode fits the embedded model's context (`embedded_model`).
         """
         super().__init__(seed, train_size, dev_size, eval_size)
         self.task_types = tuple(task_types or TASK_TYPES)
@@ -78,6 +88,9 @@ class HouseholdTask(SyntheticTask):
         if not isinstance(show_admissible, bool):
             raise ValueError(f"show_admissible must be true or false, got {show_admissible!r}")
         self.show_admissible = show_admissible
+        if text not in TEXT_MODES:
+            raise ValueError(f"text is {text!r}; valid text modes are {', '.join(TEXT_MODES)}")
+        self.compact = text == "compact"
         if max_observation_tokens is None:
             max_observation_tokens = 1024 if show_admissible else 512
         self.episode_budgets = EpisodeBudgets(
@@ -88,15 +101,22 @@ class HouseholdTask(SyntheticTask):
             env_errors=env_errors,
         )
 
+    @property
+    def embedded_model(self) -> dict[str, Any]:
+        """`model_options` of the embedded policy's warm start on this task: the compact
+        text fits `COMPACT_POSITIONS`; the full text (prompt and walkthrough up to ~1,400
+        characters) needs 2,048."""
+        return {"max_positions": COMPACT_POSITIONS if self.compact else 2048}
+
     def environment(self, problem: Problem) -> Any:
         game = game_from_id(problem.answer)
-        return HouseholdEnvironment(game, self.max_steps, self.show_admissible)
+        return HouseholdEnvironment(game, self.max_steps, self.show_admissible, self.compact)
 
     def sample(self, rng: random.Random) -> Draft:
         task_type, seed = rng.choice(self.task_types), rng.randint(0, 999_999)
         game = make_game(seed, task_type)
-        prompt = prompt_text(game, self.show_admissible)
-        target = walkthrough_text(game, self.show_admissible)
+        prompt = prompt_text(game, self.show_admissible, self.compact)
+        target = walkthrough_text(game, self.show_admissible, self.compact)
         return Draft(game.game_id, prompt, game.game_id, target)
 
     def observation_spans(self, target: str) -> list[tuple[int, int]]:
@@ -129,11 +149,12 @@ class HouseholdTask(SyntheticTask):
         return alphabet_of(string.ascii_letters, string.digits, " .,:/-!='>\n")
 
 
-def walkthrough_text(game: Any, show_admissible: bool = False) -> str:
+def walkthrough_text(game: Any, show_admissible: bool = False, compact: bool = False) -> str:
     """The expert's play as an episode's text: `` command\\n`` then the observation."""
     world, text, plan = World(game), "", walkthrough(game)
     for i, action in enumerate(plan):
         observation, _ = world.step(action)
+        observation = compact_observation(observation) if compact else observation
         shown = world.admissible() if show_admissible else None
         text += f" {action}\n" + observation_text(observation, i == len(plan) - 1, shown)
     return text

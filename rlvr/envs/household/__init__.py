@@ -8,6 +8,8 @@ from rlvr.envs.household.environment import (
     HouseholdEnvironment,
     Outcome,
     canonical,
+    compact_observation,
+    compact_prompt,
     prompt_text,
     replay_text,
 )
@@ -24,6 +26,8 @@ __all__ = [
     "State",
     "World",
     "canonical",
+    "compact_observation",
+    "compact_prompt",
     "game_from_id",
     "intro",
     "make_game",

@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlvr.envs.base import Environment, Reply
+from rlvr.envs.household.catalog import kind_of
 from rlvr.envs.household.games import intro
-from rlvr.envs.household.world import Game, World
+from rlvr.envs.household.world import NOTHING_HAPPENS, Game, World
 
 INVALID_PENALTY = 0.1
 """Reward lost per invalid command (08-alfworld's INVALID_ACTION_PENALTY)."""
@@ -35,11 +36,41 @@ def canonical(turn: str) -> str:
     return " ".join(turn.strip().lower().split())
 
 
-def prompt_text(game: Game, show_admissible: bool = False) -> str:
+def prompt_text(game: Game, show_admissible: bool = False, compact: bool = False) -> str:
     """The episode's prompt: the opening observation, the goal, and the first ``>`` (after
-    the admissible commands, when shown)."""
+    the admissible commands, when shown). `compact`: `compact_prompt`."""
+    if compact:
+        return compact_prompt(game)
     admissible = World(game).admissible() if show_admissible else None
     return observation_text(intro(game), False, admissible)
+
+
+def compact_prompt(game: Game) -> str:
+    """The compact text mode's prompt: the room, the goal, and where the goal's objects
+    (and the lamp) start, which the expert knows and ALFWorld's opening does not say:
+    ``kitchen: put a hot mug in garbagecan. mug 1 in cabinet 2.\n>``."""
+    world = World(game)
+    wanted = [o for held in game.contents for o in held if kind_of(o) == game.goal.obj]
+    if game.goal.lamp is not None:
+        wanted += sorted(game.lamps)
+    where = ", ".join(f"{o} in {world.where(o)}" for o in wanted)
+    return f"{game.room}: {game.goal.sentence()} {where}.\n{PROMPT_MARK}"
+
+
+def compact_observation(observation: str) -> str:
+    """The compact text mode's observation: what is seen (``egg 1, mug 1.``,
+    ``nothing.``), ``closed.``, ``Nothing happens.``, or ``ok.`` for a command that
+    changed something; what is carried or examined stays as it is."""
+    if observation == NOTHING_HAPPENS:
+        return observation
+    if "you see " in observation:
+        seen = observation.rsplit("you see ", 1)[1].removesuffix(".").replace(", and ", ", ")
+        return ", ".join(item.removeprefix("a ") for item in seen.split(", ")) + "."
+    if observation.endswith(" is closed."):
+        return "closed."
+    if observation.startswith(("You are", "This is", "There's")):
+        return observation
+    return "ok."
 
 
 def observation_text(observation: str, done: bool, admissible: list[str] | None = None) -> str:
@@ -57,8 +88,11 @@ class HouseholdEnvironment(Environment):
 
     stop = ("\n",)
 
-    def __init__(self, game: Game, max_steps: int = 50, show_admissible: bool = False) -> None:
+    def __init__(
+        self, game: Game, max_steps: int = 50, show_admissible: bool = False, compact: bool = False
+    ) -> None:
         self.world, self.max_steps, self.show_admissible = World(game), max_steps, show_admissible
+        self.compact = compact
 
     def step(self, turn: str) -> Reply:
         action = canonical(turn)
@@ -66,7 +100,8 @@ class HouseholdEnvironment(Environment):
         won = self.world.won()
         done = won or self.world.state.steps >= self.max_steps
         shown = self.world.admissible() if self.show_admissible else None
-        text = observation_text(observation, done, shown)
+        said = compact_observation(observation) if self.compact else observation
+        text = observation_text(said, done, shown)
         # A turn cut by its token budget hears no newline: add it, so the text reads as
         # if the policy had ended the turn (`replay_text` depends on it).
         text = text if turn.endswith("\n") else "\n" + text
@@ -116,9 +151,11 @@ def _after_observation(
     completion: str, start: int, observation: str, done: bool, world: World
 ) -> int:
     """Where the observation that should follow `start` ends (with or without the
-    admissible commands shown), or -1 when it is not there whole."""
-    for shown in (None, world.admissible()):
-        expected = observation_text(observation, done, shown)
+    admissible commands shown, in full or compact text), or -1 when it is not there whole."""
+    forms = [(observation, None), (observation, world.admissible())]
+    forms += [(compact_observation(observation), shown) for _, shown in forms]
+    for said, shown in forms:
+        expected = observation_text(said, done, shown)
         found = completion.find(expected, start, start + LONGEST_SKIP + len(expected))
         if found >= 0:
             return found + len(expected)
