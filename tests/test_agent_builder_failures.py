@@ -15,6 +15,7 @@ every mistake of its tables gets the message the user needs, and none passes sil
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -194,7 +195,8 @@ def test_the_first_failure_is_printed_with_where_it_came_from_under_every_mode(
     assert f"rlvr: the environment bad_envs:{cls} {headline}" in err
     assert f"  at {user_modules / 'bad_envs.py'}:{line}, in " in err  # the user's own line
     assert f"episode.env_errors={mode!r}" in err
-    assert "further" in err.lower() and "env/failed_frac" in err
+    further = "Further environment failures are counted (env/failed_frac), not printed"
+    assert (further in err) == (mode != "stop")  # under stop there are none: the run ends
 
 
 def test_a_failing_tool_is_printed_once_with_the_line_that_raised(user_modules, capsys):
@@ -388,4 +390,27 @@ def test_the_no_update_notice_is_one_clean_line(capsys):
         "step): the environment failed on 100% of the episodes and their groups are left out "
         "under episode.env_errors='drop' (env/failed_frac; the first failure is printed above, "
         "and episode.env_errors: stop ends the run at it)\n"
+    )
+
+
+def test_a_run_stopped_by_its_environment_says_why_on_a_line_of_its_own(user_modules, capsys):
+    """The replay's 1d under env_errors: stop: the error line was glued to the open
+    progress bar ("grpo arithmetic:   0%|…|rlvr: error: …"); the bar now closes first."""
+    from rlvr.cli import main
+
+    small = ["prompts_per_step=2", "group_size=4", "eval_size=4", "max_new_tokens=64"]
+    argv = ["train", "--task", "arithmetic", "--steps", "2", "--out", str(user_modules / "run")]
+    argv += ["--set", "environment=bad_envs:Raises", "--set", "episode.env_errors=stop"]
+    argv += [f"--set={s}" for s in small]
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.splitlines()  # splits at the bar's \r too
+    assert "  (episode.env_errors='stop': the run ends; RLVR_DEBUG=1 prints the traceback)" in lines
+    assert any(line.startswith("grpo arithmetic:") for line in lines)  # the bar was open
+    error = [line for line in lines if "rlvr: error:" in line]
+    assert len(error) == 1
+    assert re.fullmatch(  # how many of the 8 episodes reached step() is the model's choice
+        r"rlvr: error: the environment of task 'arithmetic' failed \(error: KeyError: 'secret "
+        r"not found'\) on [1-8] of 8 episodes; env_errors='stop' ends the run \('drop' or "
+        r"'keep' would flag the sample and go on\) \(set RLVR_DEBUG=1 for the traceback\)",
+        error[0],
     )

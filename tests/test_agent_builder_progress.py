@@ -185,7 +185,7 @@ def test_a_long_cell_says_its_steps_and_eta_off_a_terminal(clock, tmp_path):
     from rlvr.compare.runner import CellWatch
 
     out = io.StringIO()
-    with CellWatch(poll_s=None, file=out) as watch:
+    with CellWatch(poll_s=None, file=out, after_s=10) as watch:
         watch.start(_cell_at(tmp_path))
         watch.poll()  # no metrics.jsonl yet: nothing
         _log_steps(tmp_path, 0)  # the initial eval: the cell's progress starts here
@@ -225,5 +225,5 @@ def test_a_short_cell_and_a_previous_runs_metrics_say_nothing(clock, tmp_path):
         watch.poll()
         clock.now = 5.0
         _log_steps(tmp_path, 1, 2, 3, 4, 5, 6)
-        watch.poll()  # all 6 steps within 5 s < CELL_AFTER_S = 10 s
+        watch.poll()  # all 6 steps within 5 s < CELL_AFTER_S = 30 s
     assert out.getvalue() == ""

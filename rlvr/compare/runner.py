@@ -33,7 +33,7 @@ from rlvr.checks import check_int
 from rlvr.compare.matrix import Cell, MatrixSpec, save_spec
 from rlvr.runlog.progress import Progress
 
-CELL_AFTER_S = 10.0
+CELL_AFTER_S = 30.0
 """A cell shorter than this shows no progress of its own (its matrix line says it ended)."""
 CELL_POLL_S = 2.0
 """How often the running cells' metrics.jsonl are read."""

@@ -56,10 +56,10 @@ class FailureNotices:
         _print(
             f"the environment {self.name} failed in {during}: {_text(failure)}",
             _at(_where(failure, where)),
-            f"episode.env_errors={self.env_errors!r}: {cost}. Further environment failures "
-            f"are counted (env/failed_frac), not printed"
+            f"episode.env_errors={self.env_errors!r}: {cost}"
             + (
-                "; episode.env_errors: stop ends the run at the first"
+                ". Further environment failures are counted (env/failed_frac), not printed; "
+                "episode.env_errors: stop ends the run at the first"
                 if self.env_errors != "stop"
                 else ""
             ),

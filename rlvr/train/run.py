@@ -25,7 +25,7 @@ import yaml
 from rlvr.runlog.completions import CompletionsLog
 from rlvr.runlog.logger import MetricsLogger
 from rlvr.runlog.plots import plot_run
-from rlvr.runlog.progress import progress_bar
+from rlvr.runlog.progress import StepBar, progress_bar
 from rlvr.runlog.run_dir import check_out_dir, clear_run
 from rlvr.runlog.trackers import RunInfo, check_installed, code_version, open_trackers
 from rlvr.train import no_update
@@ -192,6 +192,7 @@ class _Run:
 
     def __init__(self, trainer: Trainer, out: Path, state: dict[str, Any] | None) -> None:
         self.trainer, self.out, self.cfg = trainer, out, trainer.cfg
+        self.bar: StepBar | None = None
         self.totals = RunTotals(**state["totals"]) if state else RunTotals()
         self.evals = [tuple(e) for e in state["evals"]] if state else []
         self.streak = state["nonfinite_streak"] if state else 0
@@ -253,6 +254,8 @@ class _Run:
                 raise
             finally:
                 self.logger.close()
+                if self.bar is not None:  # an error's line then starts a line of its own
+                    self.bar.close()
         return self.complete(summary)
 
     def complete(self, summary: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -267,7 +270,7 @@ class _Run:
         trainer, cfg = self.trainer, self.cfg
         if not self.resumed:
             self._start()
-        bar = progress_bar(
+        bar = self.bar = progress_bar(
             cfg.steps, cfg.progress, desc=f"{cfg.recipe} {cfg.task}", initial=trainer.step
         )
         for step in range(trainer.step + 1, cfg.steps + 1):
