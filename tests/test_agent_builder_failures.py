@@ -414,3 +414,15 @@ def test_a_run_stopped_by_its_environment_says_why_on_a_line_of_its_own(user_mod
         r"'keep' would flag the sample and go on\) \(set RLVR_DEBUG=1 for the traceback\)",
         error[0],
     )
+
+
+def test_a_set_value_yaml_cannot_read_is_named_not_a_traceback():
+    # The replay's `--set task_options.ops=*` (YAML reads * as an alias) ended in a
+    # yaml.scanner.ScannerError traceback.
+    with pytest.raises(ValueError) as caught:
+        resolve_config({}, ["task_options.ops=*"])
+    assert str(caught.value) == (
+        "--set task_options.ops=*: '*' cannot be read as a YAML value; quote it as a string: "
+        "--set 'task_options.ops=\"*\"'"
+    )
+    assert resolve_config({}, ['task_options.ops="*"']).task_options["ops"] == "*"

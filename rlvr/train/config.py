@@ -417,7 +417,13 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         target = target.setdefault(part, {})
         if not isinstance(target, dict):
             raise ValueError(f"--set {key}: {part!r} is not a mapping")
-    target[parts[-1]] = parse_value(text)
+    try:
+        target[parts[-1]] = parse_value(text)
+    except yaml.YAMLError:  # e.g. ops=* (an alias to YAML): the user meant a string
+        raise ValueError(
+            f"--set {key.strip()}={text}: {text!r} cannot be read as a YAML value; quote it "
+            f"as a string: --set '{key.strip()}=\"{text}\"'"
+        ) from None
 
 
 def resolve_config(
