@@ -9,6 +9,7 @@ so no loss, mask or normaliser ever sees them (the rule observation tokens follo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -146,8 +147,6 @@ class VisionTokenizer:
         return ImagePrompt(ids, pixel_values, spans)
 
     def save(self, directory: str | Path) -> None:
-        import json
-
         self.text.save(directory)
         (Path(directory) / VISION_FILE).write_text(
             json.dumps({"tokens_per_image": self.tokens_per_image})
@@ -156,8 +155,6 @@ class VisionTokenizer:
     @classmethod
     def load(cls, directory: str | Path, text: Any) -> VisionTokenizer:
         """The tokenizer `save` wrote, over the text tokenizer `text` loaded from there."""
-        import json
-
         saved = json.loads((Path(directory) / VISION_FILE).read_text())
         return cls(text, int(saved["tokens_per_image"]))
 
