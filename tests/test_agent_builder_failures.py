@@ -426,3 +426,53 @@ def test_a_set_value_yaml_cannot_read_is_named_not_a_traceback():
         "--set 'task_options.ops=\"*\"'"
     )
     assert resolve_config({}, ['task_options.ops="*"']).task_options["ops"] == "*"
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (
+            ["tools=[my_tools:convert]", "tool_format=qwen"],
+            "tool_format 'qwen' is unknown; valid: tags (rlvr's <name>argument</name>), hermes, "
+            "qwen_xml",
+        ),
+        (["tool_format=hermes"], "tool_format 'hermes' applies to tools; set tools"),
+        (
+            ["tools=[my_tools:convert]", "tool_format=hermes"],
+            "tool_format 'hermes' calls tools through the chat template; set "
+            "policy.chat_template: true (a Hugging Face chat model), or tool_format: tags",
+        ),
+        (
+            ["tools=[my_tools:nosuch]"],
+            "tools[0] 'my_tools:nosuch': my_tools has no class or function 'nosuch'",
+        ),
+        (
+            ["tools=my_tools:convert"],
+            "tools must be a list of 'module:function', got 'my_tools:convert'",
+        ),
+        (
+            ["tools=[my_tools:convert]", "environment=bad_envs:Raises"],
+            "set environment or tools, not both: tools run inside rlvr's ToolEnvironment; a "
+            "custom environment calls its own tools",
+        ),
+        (
+            ["environment=bad_envs:Raises", "episode.max_turn=3"],
+            "episode: unknown key(s) ['max_turn']; valid keys: max_turns, max_tool_calls, "
+            "max_turn_tokens, max_observation_tokens, cut_marker, env_timeout_s, env_errors, "
+            "env_isolation, env_memory_mb",
+        ),
+        (
+            ["reward_funcs=[my_tools:nosuch]"],
+            "reward function 'my_tools:nosuch': my_tools has no function 'nosuch' (set "
+            "RLVR_DEBUG=1 for the traceback)",
+        ),
+    ],
+)
+def test_the_trials_config_mistakes_are_refused_in_one_line(user_modules, capsys, sets, message):
+    """The trial's 1c, replayed through the CLI: exit 2 and one line naming the mistake."""
+    from rlvr.cli import main
+
+    argv = ["train", "--task", "arithmetic", "--out", str(user_modules / "run")]
+    argv += [f"--set={s}" for s in ["max_new_tokens=64", *sets]]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"rlvr: error: {message}"
