@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 import string
-from typing import Any
+from typing import Any, ClassVar
 
 from rlvr.checks import check_int
 from rlvr.envs.budgets import EpisodeBudgets
@@ -39,12 +39,19 @@ TEXT_MODES = ("full", "compact")
 COMPACT_POSITIONS = 768
 """Context of the embedded model for the compact text: the longest prompt and walkthrough
 of the default splits together (measured: at most 602 characters) with room for slack."""
+COMPACT_MODEL = {"hidden": 64, "layers": 2, "intermediate": 256, "max_positions": COMPACT_POSITIONS}
+"""The embedded model for the compact text: the default at half width and depth, as the
+tiny VLM's language side (a training step on 16 episodes of ~300 characters takes ~1-2 s
+on one busy core instead of ~13 s at full size: docs/household.md)."""
 
 
 class HouseholdTask(SyntheticTask):
     """Win a generated household game within `max_steps` commands."""
 
     name = "household"
+    embedded_warm_start: ClassVar[dict[str, Any]] = {"batch_size": 16, "lr": 3e-3}
+    """The embedded warm start's schedule on this task (`rlvr.warmstart.load_policy`):
+    16 episodes of ~300 characters a step, at 3× the default rate (docs/household.md)."""
 
     def __init__(
         self,
@@ -103,10 +110,10 @@ class HouseholdTask(SyntheticTask):
 
     @property
     def embedded_model(self) -> dict[str, Any]:
-        """`model_options` of the embedded policy's warm start on this task: the compact
-        text fits `COMPACT_POSITIONS`; the full text (prompt and walkthrough up to ~1,400
-        characters) needs 2,048."""
-        return {"max_positions": COMPACT_POSITIONS if self.compact else 2048}
+        """`model_options` of the embedded policy's warm start on this task: for the compact
+        text, `COMPACT_MODEL`; the full text (prompt and walkthrough up to ~1,400
+        characters) needs 2,048 positions."""
+        return dict(COMPACT_MODEL) if self.compact else {"max_positions": 2048}
 
     def environment(self, problem: Problem) -> Any:
         game = game_from_id(problem.answer)

@@ -23,7 +23,10 @@ def load_policy(
     if model == EMBEDDED and getattr(TASKS.get(task_name), "shows_images", False):
         return warm_start_vision(task_name, task_options, seed, **warm_kw)  # the tiny VLM
     if model == EMBEDDED:
-        return warm_start(task_name, task_options, seed, **warm_kw)
+        # A task may set its own schedule (household: smaller batches, a faster rate);
+        # what the caller passes wins.
+        schedule = getattr(TASKS.get(task_name), "embedded_warm_start", {})
+        return warm_start(task_name, task_options, seed, **{**schedule, **warm_kw})
     if warm_kw:
         raise ValueError(
             f"warm-start options {sorted(warm_kw)} only apply to model={EMBEDDED!r}, "

@@ -75,11 +75,16 @@ def warm_start(
     """The tiny policy trained on `task_name` until sampled dev accuracy ≥ `target_accuracy`
     (checked every `eval_every` steps) or `max_steps`; loaded from the cache when present.
 
-    `model_options` go to `tiny_qwen2_config` (hidden, layers, ...). Returns the model
+    `model_options` go to `tiny_qwen2_config` (hidden, layers, ...); None: the task's
+    `embedded_model` where it has one (household: a longer context), else the defaults.
+    Returns the model
     (in train mode), its tokenizer and `info`: steps, dev_accuracy, reached_target,
     seconds, cache_hit, cache_path.
     """
     schedule = WarmStartSchedule(target_accuracy, max_steps, eval_every, lr, batch_size)
+    if model_options is None and hasattr(TASKS.get(task_name), "embedded_model"):
+        # A task whose episodes outgrow the default context names the model it needs.
+        model_options = make_task(task_name, **task_options).embedded_model
     settings = _settings(task_name, task_options, seed, model_options, schedule)
     key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
     path = cache_root(cache_dir) / "warmstart" / key[:16]

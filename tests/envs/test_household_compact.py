@@ -104,7 +104,7 @@ def test_an_invalid_command_in_compact_text_costs_a_tenth():
 
 def test_every_compact_episode_of_the_default_splits_fits_the_embedded_context():
     task = make_task("household", text="compact")
-    assert task.embedded_model == {"max_positions": COMPACT_POSITIONS}
+    assert task.embedded_model["max_positions"] == COMPACT_POSITIONS
     longest = max(
         len(p.prompt) + len(p.target) + 1  # + EOS
         for split in ("train", "dev", "eval")
