@@ -102,7 +102,7 @@ ROOMS: dict[str, set[str]] = {
     | {"warmstart"},
     "eval": {"checks", "envs", "models", "parts", "rollout", "tasks", "verify", "warmstart"},
     "train": {"algo", "checks", "envs", "eval", "models", "parts", "rewards", "rollout"}
-    | {"runlog", "tasks", "tools", "verify", "warmstart"},
+    | {"runlog", "tasks", "tools", "verify", "vision", "warmstart"},
     "service": {"algo", "checks", "envs", "eval", "models", "parts", "rewards", "rollout"}
     | {"runlog", "tasks", "tools", "train", "verify", "warmstart"},
     "audit": {"algo", "checks"},

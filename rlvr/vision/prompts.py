@@ -105,7 +105,17 @@ class VisionTokenizer:
         return self.text.vocab_size
 
     def encode(self, text: str) -> list[int]:
-        return self.text.encode(text)
+        """The ids of `text`, each `IMAGE_MARKER` a run of placeholders (so a prompt's
+        length counts its images; a forward given them without pixels refuses)."""
+        return self._encode_with_spans(text)[0]
+
+    def _encode_with_spans(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        parts = text.split(IMAGE_MARKER)
+        ids, spans = self.text.encode(parts[0]), []
+        for part in parts[1:]:
+            spans.append((len(ids), len(ids) + self.tokens_per_image))
+            ids += [self.image_token_id] * self.tokens_per_image + self.text.encode(part)
+        return ids, spans
 
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
         if skip_special:
@@ -133,17 +143,13 @@ class VisionTokenizer:
     def encode_images(self, text: str, pixel_values: torch.Tensor) -> ImagePrompt:
         """`text` whose k-th `IMAGE_MARKER` becomes `tokens_per_image` placeholders for
         image k of `pixel_values` (n_images, C, H, W)."""
-        parts = text.split(IMAGE_MARKER)
-        if len(parts) - 1 != len(pixel_values):
+        ids, spans = self._encode_with_spans(text)
+        if len(spans) != len(pixel_values):
             raise ValueError(
-                f"the prompt holds {len(parts) - 1} {IMAGE_MARKER} marker(s) for "
+                f"the prompt holds {len(spans)} {IMAGE_MARKER} marker(s) for "
                 f"{len(pixel_values)} image(s); put one marker where each image goes: "
                 f"{text[:60]!r}"
             )
-        ids, spans = self.text.encode(parts[0]), []
-        for part in parts[1:]:
-            spans.append((len(ids), len(ids) + self.tokens_per_image))
-            ids += [self.image_token_id] * self.tokens_per_image + self.text.encode(part)
         return ImagePrompt(ids, pixel_values, spans)
 
     def save(self, directory: str | Path) -> None:
@@ -160,9 +166,12 @@ class VisionTokenizer:
 
 
 def encode_image_problems(tokenizer: Any, problems: Sequence[Any]) -> list[list[int]]:
-    """Each problem's prompt as ids: an `ImagePrompt` for one with `pixel_values`, plain
-    ids otherwise. A tokenizer without image placeholders is refused, naming the fix."""
-    if not hasattr(tokenizer, "encode_images"):
+    """Each problem's prompt as ids, as the engine sees it: an `ImagePrompt` for one with
+    `pixel_values`, `tokenizer.encode(prompt)` otherwise (so a text task's ids are
+    exactly what they always were). A tokenizer without image placeholders is refused
+    for a problem that shows images, naming the fix."""
+    shows_images = any(getattr(p, "pixel_values", None) is not None for p in problems)
+    if shows_images and not hasattr(tokenizer, "encode_images"):
         raise ValueError(
             f"the task's prompts show images but the policy's tokenizer "
             f"({type(tokenizer).__name__}) has no image placeholder: use model: embedded, "

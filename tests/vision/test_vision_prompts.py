@@ -11,6 +11,7 @@ from vision_testlib import TOK, images
 
 from rlvr.models import CharTokenizer
 from rlvr.tasks import Problem
+from rlvr.tasks.shapes import ImageProblem as ShapesProblem
 from rlvr.vision import ImagePrompt, encode_image_problems, image_inputs
 
 
@@ -21,6 +22,7 @@ def test_each_marker_becomes_a_run_of_placeholders():
     assert prompt.spans == [(1, 10), (11, 20)] and len(prompt) == 20
     assert prompt[1:10] == [TOK.image_token_id] * 9 and TOK.image_token_id == 98
     assert TOK.decode(prompt) == "ab"
+    assert TOK.encode("a<image>b<image>") == list(prompt)  # counted as the model sees it
     assert TOK.decode(prompt, skip_special=False) == "a<image>b<image>"
     longer = prompt + TOK.encode("c")
     assert isinstance(longer, ImagePrompt) and longer.spans == prompt.spans
@@ -36,8 +38,10 @@ def test_text_only_prompts_are_untouched():
     problem = Problem("u", "Q: 1+2=? A:", "3", " 3")
     assert image_inputs([TOK.encode(problem.prompt)]) == {}
     assert encode_image_problems(TOK, [problem]) == [CharTokenizer().encode(problem.prompt)]
+    assert encode_image_problems(CharTokenizer(), [problem]) == [TOK.encode(problem.prompt)]
+    shown = ShapesProblem("v", "<image>?", "1", " 1", images(1, seed=0)[0])
     with pytest.raises(ValueError, match="tokenizer \\(CharTokenizer\\) has no image placeholder"):
-        encode_image_problems(CharTokenizer(), [problem])
+        encode_image_problems(CharTokenizer(), [problem, shown])
 
 
 def test_a_pickled_prompt_keeps_its_pixels():

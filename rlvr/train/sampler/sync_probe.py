@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rlvr.models.logprobs import response_logprobs
+from rlvr.vision.prompts import encode_image_problems
 
 PROBE_ITEMS = 4
 PROBE_MAX_TOKENS = 32
@@ -70,7 +71,7 @@ class SyncProbe:
         picked = list(problems[:PROBE_ITEMS])
         if not picked:
             raise ValueError("sync_probe needs at least one training problem to probe with")
-        prompts = [tokenizer.encode(p.prompt) for p in picked]
+        prompts = encode_image_problems(tokenizer, picked)  # text: tokenizer.encode(p.prompt)
         responses = [
             [*tokenizer.encode(p.target), tokenizer.eos_token_id][:PROBE_MAX_TOKENS] for p in picked
         ]
