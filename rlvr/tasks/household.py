@@ -38,7 +38,7 @@ from rlvr.verify import Verdict
 TEXT_MODES = ("full", "compact")
 COMPACT_POSITIONS = 768
 """Context of the embedded model for the compact text: the longest prompt and walkthrough
-of the default splits together (measured: at most 602 characters) with room for slack."""
+of the default splits together (measured: at most 512 characters) with room for slack."""
 COMPACT_MODEL = {"hidden": 64, "layers": 2, "intermediate": 256, "max_positions": COMPACT_POSITIONS}
 """The embedded model for the compact text: the default at half width and depth, as the
 tiny VLM's language side (a training step on 16 episodes of ~300 characters takes ~1-2 s

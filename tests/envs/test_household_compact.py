@@ -63,12 +63,14 @@ def test_the_compact_episode_of_a_worked_game():
         "> take mug 1 from microwave 1\nok.\n> heat mug 1 with microwave 1\nok.\n"
         "> go to garbagecan 1\napple 1.\n> put mug 1 in/on garbagecan 1\nok."
     )
-    # look-at-in-light: every box and the lamp are placed; the walkthrough takes box 1.
+    # look-at-in-light: the room holds box 1, 2 and 3; the prompt names the one the
+    # walkthrough takes (the first in receptacle order) and the lamp.
     game = make_game(0, "look_at_obj_in_light")
     assert compact_prompt(game) == (
-        "livingroom: look at box under the floorlamp. box 1 in armchair 2, box 2 in "
-        "armchair 2, box 3 in tvstand 1, floorlamp 1 in sidetable 2.\n>"
+        "livingroom: look at box under the floorlamp. box 1 in armchair 2, "
+        "floorlamp 1 in sidetable 2.\n>"
     )
+    assert walkthrough(game)[:2] == ["go to armchair 2", "take box 1 from armchair 2"]
 
 
 def test_the_compact_walkthrough_wins_an_episode_and_replays_from_its_text():

@@ -46,11 +46,12 @@ def prompt_text(game: Game, show_admissible: bool = False, compact: bool = False
 
 
 def compact_prompt(game: Game) -> str:
-    """The compact text mode's prompt: the room, the goal, and where the goal's objects
-    (and the lamp) start, which the expert knows and ALFWorld's opening does not say:
-    ``kitchen: put a hot mug in garbagecan. mug 1 in cabinet 2.\n>``."""
+    """The compact text mode's prompt: the room, the goal, and where the objects the expert
+    fetches (and the lamp) start, which the expert knows and ALFWorld's opening does not
+    say: ``kitchen: put a hot mug in garbagecan. mug 1 in cabinet 2.\\n>``."""
     world = World(game)
     wanted = [o for held in game.contents for o in held if kind_of(o) == game.goal.obj]
+    wanted = wanted[: 2 if game.goal.task_type == "pick_two_obj_and_place" else 1]
     if game.goal.lamp is not None:
         wanted += sorted(game.lamps)
     where = ", ".join(f"{o} in {world.where(o)}" for o in wanted)
