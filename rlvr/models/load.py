@@ -14,6 +14,7 @@ from transformers import PreTrainedModel
 from rlvr.models.aliases import ALIASES, alias_path
 from rlvr.models.gguf import gguf_directory, is_gguf
 from rlvr.models.logprobs import lm_head_logits
+from rlvr.models.quiet import quiet_transformers
 from rlvr.models.tokenizer import TOKENIZER_FILE, CharTokenizer, HFTokenizer, Tokenizer
 from rlvr.vision import TinyVLM, VisionTokenizer
 from rlvr.vision.model import CONFIG_FILE as VLM_CONFIG_FILE
@@ -38,7 +39,8 @@ def load_pretrained(name: str) -> tuple[PreTrainedModel, Tokenizer, dict[str, An
         return policy, tokenizer, {"model": name, "parameters": policy.num_parameters()}
     check_local_model(source)
     try:
-        policy = AutoModelForCausalLM.from_pretrained(source)
+        with quiet_transformers():  # its per-shard "Loading weights" bar: one line of noise
+            policy = AutoModelForCausalLM.from_pretrained(source)
     except (OSError, ValueError) as err:
         local = Path(source).exists()
         where = "local directory" if local else "path or hub id"
