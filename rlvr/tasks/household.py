@@ -49,9 +49,14 @@ class HouseholdTask(SyntheticTask):
     """Win a generated household game within `max_steps` commands."""
 
     name = "household"
-    embedded_warm_start: ClassVar[dict[str, Any]] = {"batch_size": 16, "lr": 3e-3}
+    embedded_warm_start: ClassVar[dict[str, Any]] = {
+        "batch_size": 16,
+        "lr": 3e-3,
+        "eval_every": 100,
+    }
     """The embedded warm start's schedule on this task (`rlvr.warmstart.load_policy`):
-    16 episodes of ~300 characters a step, at 3× the default rate (docs/household.md)."""
+    16 episodes of ~300 characters a step, at 3× the default rate, dev checked every 100
+    steps (a check plays 100 episodes of several turns: docs/household.md)."""
 
     def __init__(
         self,
