@@ -28,6 +28,8 @@ h1{font-size:20px;margin:0 0 8px}h2{font-size:16px;margin:20px 0 8px}
 .head{font-size:13px;color:#444}.head b{color:#222}
 pre{white-space:pre-wrap;word-break:break-word;margin:4px 0;font:13px/1.4 ui-monospace,monospace}
 pre.prompt{color:#777}
+.with-images{display:flex;gap:12px;align-items:flex-start}
+.images img{image-rendering:pixelated;border:1px solid #ddd;margin:4px 4px 0 0}
 .seg-observation{background:#dff1ff;color:#035}.seg-forced{background:#fff1c2;color:#640}
 .seg-masked{color:#999;text-decoration:line-through}
 .legend span{padding:0 4px;margin-right:6px}

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.show.html_page import controls, esc, kv_grid, page
-from rlvr.show.load import NO_COMPLETIONS, Run, latest_metrics, segments
+from rlvr.show.load import NO_COMPLETIONS, Run, images, latest_metrics, segments
 from rlvr.show.svg import curves_html
 from rlvr.show.text import (
     ENV_METRICS,
@@ -17,6 +17,7 @@ from rlvr.show.text import (
     env_failed,
     fmt,
     fmt_options,
+    image_marker,
     shaped,
 )
 
@@ -108,12 +109,33 @@ def row_html(row: dict[str, Any]) -> str:
         f'<article class="row {kind}{"" if row.get("kept", True) else " dropped"}" '
         f'data-tags="{row_tags(row)}">',
         f'<div class="head">{" · ".join(head)}</div>',
-        f'<pre class="prompt">{esc(row["prompt"])}</pre>',
+        prompt_html(row),
         f'<pre class="completion">{segments_html(row)}</pre>',
     ]
     if row.get("turns"):
         parts.append(turns_html(row["turns"]))
     return "".join(parts) + "</article>"
+
+
+def prompt_html(row: dict[str, Any]) -> str:
+    """The prompt's text, with the pictures it showed beside it (each drawn 4× with its
+    pixels kept square, as a data URI: the page stays one file)."""
+    text = f'<pre class="prompt">{esc(row["prompt"])}</pre>'
+    shown = images(row)
+    if not shown:
+        return text
+    pictures = "".join(image_html(image, n, len(shown)) for n, image in enumerate(shown, 1))
+    return f'<div class="with-images"><div class="images">{pictures}</div>{text}</div>'
+
+
+def image_html(image: dict[str, Any], number: int, count: int) -> str:
+    if image["png"] is None:
+        return f'<span class="bad">{esc(image_marker(image))}</span>'
+    width, height = image["width"], image["height"]
+    drawn = isinstance(width, int) and isinstance(height, int)
+    size = f' width="{4 * width}" height="{4 * height}"' if drawn else ""
+    alt = f"image {number} of {count}, {width}×{height}"
+    return f'<img src="data:image/png;base64,{image["png"]}"{size} alt="{esc(alt)}">'
 
 
 def config_html(run: Run) -> str:

@@ -10,7 +10,10 @@ metrics.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,6 +195,34 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 def segments(row: dict[str, Any]) -> list[dict[str, str]]:
     """The row's completion as runs of one token class (all policy when not logged)."""
     return row.get("segments") or [{"kind": "policy", "text": row["completion"]}]
+
+
+def images(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pictures a row's prompt showed (`images`, rlvr/runlog/completions.py): each
+    `{"width", "height", "png"}`, `png` the base64 text of a PNG, or None when the record's
+    is not one (a hand-edited file), so a view shows a marker and never a foreign data URI;
+    `[]` for a text row."""
+    out = []
+    for image in row.get("images") or []:
+        image = image if isinstance(image, dict) else {}
+        width, height = image.get("width"), image.get("height")
+        out.append(
+            {
+                "width": width if isinstance(width, int) else "?",
+                "height": height if isinstance(height, int) else "?",
+                "png": image["png"] if _is_png(image.get("png")) else None,
+            }
+        )
+    return out
+
+
+def _is_png(text: Any) -> bool:
+    if not isinstance(text, str) or not re.fullmatch(r"[A-Za-z0-9+/]*={0,2}", text):
+        return False
+    try:
+        return base64.b64decode(text, validate=True).startswith(b"\x89PNG\r\n\x1a\n")
+    except binascii.Error:
+        return False
 
 
 def _missing_step(run: Run, step: int) -> str:

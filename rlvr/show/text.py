@@ -13,7 +13,7 @@ import re
 import textwrap
 from typing import Any
 
-from rlvr.show.load import NO_COMPLETIONS, Run, latest_metrics, segments
+from rlvr.show.load import NO_COMPLETIONS, Run, images, latest_metrics, segments
 
 SHOWN_METRICS = (
     "eval/accuracy",
@@ -174,6 +174,8 @@ def row_lines(row: dict[str, Any], color: bool) -> list[str]:
     head = f"[group {row.get('group', '?')} · sample {row.get('sample', '?')}] "
     lines = [head + "  ".join(numbers)]
     lines += _field("prompt", paint(clean(row["prompt"]), "prompt", color))
+    if row.get("images"):
+        lines += _field("images", "  ".join(map(image_marker, images(row))))
     lines += _field("completion", render_segments(segments(row), color))
     rewards = row.get("rewards") or {}
     if rewards:
@@ -184,6 +186,12 @@ def row_lines(row: dict[str, Any], color: bool) -> list[str]:
         reason = row.get("env_failed") or "it could not start (an older run: no reason logged)"
         lines += _field("env failed", paint(clean(reason), "bad", color))
     return lines
+
+
+def image_marker(image: dict[str, Any]) -> str:
+    """`[image 24×24]` for a picture the prompt showed (`rlvr show --html` draws it)."""
+    unreadable = "" if image["png"] else ", unreadable"
+    return f"[image {image['width']}×{image['height']}{unreadable}]"
 
 
 def shaped(row: dict[str, Any]) -> list[str]:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from rlvr.algo import PreparedBatch
+from rlvr.runlog.completions import prompt_images
 from rlvr.train.collect import Collected
 from rlvr.train.records.rollout_record import Rollout
 
@@ -195,6 +196,7 @@ def _row(generated, row, k, prepared, trained, decode, step) -> dict[str, Any]:
         "turns": turns(parts, record) if record is not None else None,
         **episode_health(record),
         "shaped_reward": None if k is None else float(prepared.shaped_rewards[k]),
+        **prompt_images(generated.prompt_ids[row]),  # only a prompt that shows images
     }
     return _bounded(out)
 
