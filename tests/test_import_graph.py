@@ -104,7 +104,7 @@ ROOMS: dict[str, set[str]] = {
     "train": {"algo", "checks", "envs", "eval", "models", "parts", "rewards", "rollout"}
     | {"runlog", "tasks", "tools", "verify", "vision", "warmstart"},
     "service": {"algo", "checks", "envs", "eval", "models", "parts", "rewards", "rollout"}
-    | {"runlog", "tasks", "tools", "train", "verify", "warmstart"},
+    | {"runlog", "tasks", "tools", "train", "verify", "vision", "warmstart"},
     "audit": {"algo", "checks"},
     "compare": {"algo", "checks", "eval", "models", "runlog", "tasks", "train"},
     "show": {"checks", "eval", "runlog"},

@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from rlvr.service.types import Datum, ModelInput
+from rlvr.service.images import ImageSpec, model_prompt
+from rlvr.service.types import Datum
 
 INTEGER_INPUTS = ("target_tokens",)
 IGNORE_TARGET = -100
@@ -27,7 +28,7 @@ class Batch(NamedTuple):
     """B datums, N = the longest model_input; padding is 0 everywhere and out of `mask`.
     A target of -100 is stored as token 0 and is out of `active`."""
 
-    input_ids: list[list[int]]  # (B) model_input tokens, unpadded
+    input_ids: list[list[int]]  # (B) model_input tokens, unpadded (ImagePrompt: with pictures)
     target_tokens: torch.Tensor  # (B, N) long
     inputs: dict[str, torch.Tensor]  # name → (B, N) float32, the other loss_fn_inputs
     mask: torch.Tensor  # (B, N) float32: 1 on each datum's own positions
@@ -57,15 +58,19 @@ def pack(
     vocab_size: int,
     loss_fn: str,
     max_len: int | None = None,
+    spec: ImageSpec | None = None,
+    model_name: str = "the model",
 ) -> Batch:
     """Check that each datum holds exactly the `required` inputs, one per model_input
     position, finite, with token ids in [0, vocab_size) (targets may also be -100) and at
-    most `max_len` tokens (the model's context; None: no limit); pack them into a `Batch`."""
+    most `max_len` tokens (the model's context; None: no limit); pack them into a `Batch`.
+    A model_input's image chunks become `spec`'s image tokens (an `ImagePrompt` row,
+    service/images.py); `model_name` names a text model that refuses them."""
     if not datums:
         raise ValueError(f"forward_backward(loss_fn={loss_fn!r}) needs at least one Datum")
     rows, columns = [], {name: [] for name in required}
     for i, datum in enumerate(datums):
-        tokens = _model_input(datum, i, vocab_size)
+        tokens = _model_input(datum, i, vocab_size, spec, model_name)
         if max_len is not None and len(tokens) > max_len:
             raise ValueError(
                 f"datum {i}: model_input has {len(tokens)} tokens, more than the model's "
@@ -93,6 +98,11 @@ def pack(
                 )
             columns[name].append(_checked(values, what, name, vocab_size))
         rows.append(tokens)
+    return pack_rows(rows, columns)
+
+
+def pack_rows(rows: list[list[int]], columns: dict[str, list[torch.Tensor]]) -> Batch:
+    """Checked rows and their loss inputs (one value per position each) as a `Batch`."""
     width = max(map(len, rows))
     mask = torch.zeros(len(rows), width)
     for b, tokens in enumerate(rows):
@@ -105,7 +115,9 @@ def pack(
     return Batch(rows, targets, {k: v.float() for k, v in padded.items()}, mask, active)
 
 
-def _model_input(datum: Datum, index: int, vocab_size: int) -> list[int]:
+def _model_input(
+    datum: Datum, index: int, vocab_size: int, spec: ImageSpec | None, model_name: str
+) -> list[int]:
     # Duck-typed, so the `tinker` package's own Datum and ModelInput are accepted too.
     model_input = getattr(datum, "model_input", None)
     if not hasattr(model_input, "to_ints") or not hasattr(datum, "loss_fn_inputs"):
@@ -113,18 +125,7 @@ def _model_input(datum: Datum, index: int, vocab_size: int) -> list[int]:
             f"datum {index} must be a Datum(model_input=ModelInput.from_ints(...), "
             f"loss_fn_inputs={{...}}), got {type(datum).__name__}"
         )
-    try:
-        tokens = list(ModelInput(model_input.to_ints()).tokens)  # integers only (F19)
-    except ValueError as err:
-        raise ValueError(f"datum {index}: {err}") from None
-    if not tokens:
-        raise ValueError(f"datum {index}: model_input is empty; it needs at least one token")
-    bad = [t for t in tokens if not 0 <= t < vocab_size]
-    if bad:
-        raise ValueError(
-            f"datum {index}: model_input token {bad[0]} is outside the vocabulary [0, {vocab_size})"
-        )
-    return tokens
+    return model_prompt(model_input, vocab_size, spec, model_name, f"datum {index}: model_input")
 
 
 def _checked(values: torch.Tensor, what: str, name: str, vocab_size: int) -> torch.Tensor:

@@ -25,6 +25,7 @@ from rlvr.rollout.base import SamplingParams as EngineParams
 from rlvr.rollout.stops import stop_end
 from rlvr.service import episodes
 from rlvr.service.episodes import EpisodeResponse
+from rlvr.service.images import image_spec, model_prompt
 from rlvr.service.progress import long_call
 from rlvr.service.snapshots import StaleWeightsError, locked
 from rlvr.service.types import (
@@ -74,7 +75,7 @@ class SamplingClient(CompletedClient):
         sampling_params = from_sdk(SamplingParams, sampling_params, "sample")
         params = _engine_params(num_samples, sampling_params)
         generator = self._generator(sampling_params)
-        tokens = _prompt_tokens(prompt, self.vocab_size)
+        tokens = _prompt_tokens(prompt, self.vocab_size, self.engine)
         with self._weights(), _timed("sample", num_samples, sampling_params):
             gen = self.engine.generate_ids([tokens], params, generator)
         tokenizer = self.engine.tokenizer
@@ -111,7 +112,7 @@ class SamplingClient(CompletedClient):
                 "effect; an episode's turns end at its environment's `stop` strings"
             )
         params = _engine_params(num_samples, sampling_params)
-        tokens = _prompt_tokens(prompt, self.vocab_size)
+        tokens = _prompt_tokens(prompt, self.vocab_size, self.engine)
         generator = self._generator(sampling_params)
         budgets = budgets or EpisodeBudgets()
         with self._weights(), _timed("sample_episodes", num_samples, sampling_params):
@@ -132,7 +133,7 @@ class SamplingClient(CompletedClient):
 
     def compute_logprobs(self, prompt: ModelInput) -> APIFuture[list[float | None]]:
         """log π(token_i | tokens_<i) of each token of `prompt`; None for the first."""
-        _prompt_tokens(prompt, self.vocab_size)
+        _prompt_tokens(prompt, self.vocab_size, self.engine)
         with self._weights():
             return APIFuture(self._logprobs_of(prompt))
 
@@ -167,18 +168,15 @@ def _engine_params(num_samples: int, params: SamplingParams) -> EngineParams:
     )
 
 
-def _prompt_tokens(prompt: ModelInput, vocab_size: int) -> list[int]:
+def _prompt_tokens(prompt: ModelInput, vocab_size: int, engine: RolloutEngine) -> list[int]:
+    """The prompt's ids; an `ImagePrompt` when it holds image chunks (service/images.py)."""
     if not hasattr(prompt, "to_ints"):  # duck-typed: the `tinker` package's ModelInput too
         raise ValueError(
             f"prompt must be a ModelInput (ModelInput.from_ints(tokens)), got {prompt!r:.60}"
         )
-    tokens = list(ModelInput(prompt.to_ints()).tokens)  # integers only (F19)
-    if not tokens:
-        raise ValueError("prompt is empty; it needs at least one token")
-    bad = [t for t in tokens if not 0 <= t < vocab_size]
-    if bad:
-        raise ValueError(f"prompt token {bad[0]} is outside the vocabulary [0, {vocab_size})")
-    return tokens
+    model = getattr(engine, "model", None)
+    spec = image_spec(model, engine.tokenizer) if model is not None else None
+    return model_prompt(prompt, vocab_size, spec, type(model).__name__, "prompt")
 
 
 def _apply_stop(

@@ -29,7 +29,8 @@ from rlvr.models.quiet import quiet_transformers
 from rlvr.models.tokenizer import Tokenizer
 from rlvr.rollout.base import RolloutEngine
 from rlvr.rollout.hf_engine import HFEngine
-from rlvr.service.datums import Batch, pack
+from rlvr.service.datums import IGNORE_TARGET, Batch, pack, pack_rows
+from rlvr.service.images import image_spec, model_prompt
 from rlvr.service.lora import LoraShape
 from rlvr.service.losses import (
     compute_loss,
@@ -60,6 +61,7 @@ from rlvr.train.checkpoints.checkpoint import (
     load_trainer_state,
     save_checkpoint,
 )
+from rlvr.vision import ImagePrompt
 
 CustomLoss = Callable[[list[Datum], list[torch.Tensor]], tuple[torch.Tensor, dict[str, float]]]
 
@@ -94,6 +96,7 @@ class TrainingClient(CompletedClient):
         # outgrow (transformers 5 adds <|endoftext|>: len 321 on a 320-row model).
         self.vocab_size = min(tokenizer.vocab_size, model.get_input_embeddings().num_embeddings)
         self.context = context_length(model)
+        self.images = image_spec(model, tokenizer)  # None: a text model, which refuses pictures
         self._synced_version = 0  # the weights version a vLLM engine holds
         self._snapshot: WeightsSnapshot | None = None  # of the current version, shared
         self._samplers = 0
@@ -157,17 +160,20 @@ class TrainingClient(CompletedClient):
         return ForwardBackwardOutput(_outputs(logprobs, batch), metrics)
 
     def _pack(self, datums: Sequence[Datum], inputs: Sequence[str], loss_fn: str) -> Batch:
-        return pack(datums, inputs, self.vocab_size, loss_fn, self.context)
+        name = self.base_model or type(self.model).__name__
+        return pack(datums, inputs, self.vocab_size, loss_fn, self.context, self.images, name)
 
     def _target_logprobs(self, batch: Batch) -> torch.Tensor:
         """log π(target_tokens[i] | model_input[: i + 1]) (B, N), 0 on padding.
 
         rlvr's forward scores a response after a prompt: here the prompt is the first
         input token and the response the rest, whose hidden state at position i has seen
-        exactly model_input[: i + 1] (the one filler token at the end is never attended)."""
+        exactly model_input[: i + 1] (the one filler token at the end is never attended).
+        A row's pictures ride on its one-token prompt: the backbone fills the row's
+        placeholders, wherever they stand, with them in order (rlvr.vision)."""
         pad = self.tokenizer.pad_token_id
         batch_size, width = batch.mask.shape
-        prompts = [row[:1] for row in batch.input_ids]
+        prompts = [_first_token(row) for row in batch.input_ids]
         response = torch.full((batch_size, width), pad, dtype=torch.long)
         for b, row in enumerate(batch.input_ids):
             response[b, : len(row) - 1] = torch.tensor(row[1:], dtype=torch.long)
@@ -179,15 +185,27 @@ class TrainingClient(CompletedClient):
         return torch.where(valid, logprobs, torch.zeros_like(logprobs))
 
     def compute_logprobs(self, prompt: ModelInput) -> list[float | None]:
-        """log π(token_i | tokens_<i) of each token of `prompt`; None for the first."""
-        tokens = prompt.to_ints()
-        if len(tokens) < 2:
-            return [None] * len(tokens)
-        datum = Datum(ModelInput.from_ints(tokens[:-1]), {"target_tokens": tokens[1:]})
+        """log π(token_i | tokens_<i) of each token of `prompt`; None for the first and for
+        an image's tokens (pictures are context, not tokens the model predicts)."""
+        name = self.base_model or type(self.model).__name__
+        ids = model_prompt(prompt, self.vocab_size, self.images, name, "prompt")
+        if len(ids) < 2:
+            return [None] * len(ids)
+        image_id = self.images.image_token_id if self.images else None
+        targets = [IGNORE_TARGET if t == image_id else t for t in ids[1:]]
+        inputs = _head(ids, len(ids) - 1)  # position i predicts ids[i + 1]
+        if ids[-1] == image_id:  # an image ends the prompt: keep all its tokens
+            inputs, targets = ids, [*targets, IGNORE_TARGET]
+        if self.context is not None and len(inputs) > self.context:
+            raise ValueError(
+                f"prompt has {len(ids)} tokens, more than the model's context of "
+                f"{self.context} positions"
+            )
         with self.lock, torch.no_grad():
-            batch = self._pack([datum], ("target_tokens",), "compute_logprobs")
+            batch = pack_rows([inputs], {"target_tokens": [torch.tensor(targets)]})
             logprobs = self._target_logprobs(batch)[0].tolist()
-        return [None, *logprobs]
+        scored = zip(targets[: len(ids) - 1], logprobs, strict=False)
+        return [None, *(None if t == IGNORE_TARGET else v for t, v in scored)]
 
     # The optimizer -------------------------------------------------------------------
 
@@ -408,3 +426,17 @@ def _outputs(logprobs: torch.Tensor, batch: Batch) -> list[dict[str, TensorData]
         {"logprobs": TensorData(rows[b, : len(ids)].clone())}
         for b, ids in enumerate(batch.input_ids)
     ]
+
+
+def _head(ids: list[int], n: int) -> list[int]:
+    """`ids[:n]`, keeping an `ImagePrompt`'s pictures (no image may end past n)."""
+    if isinstance(ids, ImagePrompt):
+        return ImagePrompt(ids[:n], ids.pixel_values, ids.spans)
+    return ids[:n]
+
+
+def _first_token(row: list[int]) -> list[int]:
+    """The one-token prompt of a packed row, carrying the row's pictures if it has any."""
+    if isinstance(row, ImagePrompt):
+        return ImagePrompt(row[:1], row.pixel_values, row.spans)
+    return row[:1]

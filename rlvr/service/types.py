@@ -63,17 +63,46 @@ class EncodedTextChunk:
         return len(self.tokens)
 
 
+@dataclass(frozen=True)
+class ImageChunk:
+    """A PNG or JPEG picture inside a `ModelInput` (the remote APIs' `ImageChunk`): it
+    fills `expected_tokens` positions of the sequence, which the service checks against
+    the vision-language model's tokens per image (service/images.py)."""
+
+    data: bytes
+    format: str
+    expected_tokens: int | None = None
+    type: str = "image"
+
+    @property
+    def length(self) -> int:
+        if self.expected_tokens is None:
+            raise ValueError("an ImageChunk without expected_tokens has no known length")
+        return self.expected_tokens
+
+
 @dataclass(frozen=True, init=False)
 class ModelInput:
     """A token sequence given to the model: `ModelInput.from_ints(ids)`, or the remote
-    API's `ModelInput(chunks=[EncodedTextChunk(tokens=ids), ...])`, which is flattened."""
+    API's `ModelInput(chunks=[EncodedTextChunk(tokens=ids), ImageChunk(...), ...])`.
+    Text chunks are flattened into `tokens`; each image is kept in `images` as
+    (the index in `tokens` it comes before, its chunk), for the service to turn into the
+    model's image tokens (service/images.py)."""
 
     tokens: tuple[int, ...]
+    images: tuple[tuple[int, Any], ...]
 
     def __init__(self, tokens: Sequence[int] = (), chunks: Sequence[Any] | None = None) -> None:
+        images: list[tuple[int, Any]] = []
         if chunks is not None:
-            tokens = [t for chunk in chunks for t in _chunk_tokens(chunk)]
+            tokens = []
+            for chunk in chunks:
+                if is_image_chunk(chunk):
+                    images.append((len(tokens), chunk))
+                else:
+                    tokens += _chunk_tokens(chunk)
         object.__setattr__(self, "tokens", tuple(token_id(t, i) for i, t in enumerate(tokens)))
+        object.__setattr__(self, "images", tuple(images))
 
     @classmethod
     def from_ints(cls, tokens: Sequence[int]) -> ModelInput:
@@ -84,22 +113,42 @@ class ModelInput:
         return cls(())
 
     def to_ints(self) -> list[int]:
+        if self.images:
+            raise ValueError(
+                f"this ModelInput holds {len(self.images)} image chunk(s), which are not "
+                "token ids; the service turns them into the model's image tokens"
+            )
         return list(self.tokens)
 
     @property
-    def chunks(self) -> list[EncodedTextChunk]:
-        return [EncodedTextChunk(self.tokens)] if self.tokens else []
+    def chunks(self) -> list[Any]:
+        """Text and image chunks in order (consecutive text as one chunk)."""
+        out: list[Any] = []
+        start = 0
+        for at, image in (*self.images, (len(self.tokens), None)):
+            if at > start:
+                out.append(EncodedTextChunk(self.tokens[start:at]))
+            if image is not None:
+                out.append(image)
+            start = at
+        return out
 
     def append(self, chunk: Any) -> ModelInput:
-        """This input followed by `chunk`'s tokens (an `EncodedTextChunk`)."""
-        return ModelInput((*self.tokens, *_chunk_tokens(chunk)))
+        """This input followed by `chunk` (an `EncodedTextChunk` or an `ImageChunk`)."""
+        return ModelInput(chunks=[*self.chunks, chunk])
 
     def append_int(self, token: int) -> ModelInput:
-        return ModelInput((*self.tokens, int(token)))
+        return ModelInput(chunks=[*self.chunks, EncodedTextChunk((int(token),))])
 
     @property
     def length(self) -> int:
-        return len(self.tokens)
+        """Positions: the text tokens and each image's `expected_tokens`."""
+        return len(self.tokens) + sum(image.length for _, image in self.images)
+
+
+def is_image_chunk(chunk: Any) -> bool:
+    """An image chunk of rlvr's, PyTRIO's or Tinker's types (`type == "image"`)."""
+    return getattr(chunk, "type", None) == "image"
 
 
 def token_id(value: Any, index: int) -> int:
@@ -114,11 +163,11 @@ def token_id(value: Any, index: int) -> int:
 
 
 def _chunk_tokens(chunk: Any) -> Sequence[int]:
-    """A text chunk's token ids; other chunk kinds (images) have no local model to read them."""
+    """A text chunk's token ids (image chunks are kept apart, `ModelInput.images`)."""
     if getattr(chunk, "type", "encoded_text") != "encoded_text" or not hasattr(chunk, "tokens"):
         raise ValueError(
             f"ModelInput chunk {type(chunk).__name__} (type={getattr(chunk, 'type', None)!r}) is "
-            "not supported locally; only EncodedTextChunk(tokens=[...]) is"
+            "not supported locally; only EncodedTextChunk(tokens=[...]) and ImageChunk are"
         )
     return chunk.tokens
 
