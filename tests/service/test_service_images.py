@@ -195,3 +195,59 @@ def test_a_text_model_refuses_image_chunks_naming_both(tmp_path) -> None:
     sampler = client.save_weights_and_get_sampling_client("s")
     with pytest.raises(ValueError, match="^prompt: " + message):
         sampler.sample(given, 1, SamplingParams(max_tokens=2))
+
+
+def test_the_sdks_wire_image_chunk_reaches_the_forward(tmp_path) -> None:
+    """What the PyTRIO SDK sends for `ImageChunk` (its own JSON serialisation: data as
+    base64) becomes the service's chunk and scores as the in-process one does."""
+    pytrio = pytest.importorskip("pytrio")
+    from pytrio.client.builders.model_input import model_input_to_wire
+    from pytrio.types.forward.encoded_text_chunk import EncodedTextChunk as SdkText
+
+    from rlvr.service.pytrio import wire
+
+    tok, pixels = CharTokenizer(), picture(6)
+    sdk_input = pytrio.ModelInput(
+        chunks=[
+            SdkText(tokens=tok.encode("Q:")),
+            pytrio.ImageChunk(data=encoded(pixels), format="png", expected_tokens=9),
+            SdkText(tokens=tok.encode(" 3+4=")),
+        ]
+    )
+    body = model_input_to_wire(sdk_input).model_dump(mode="json")
+    assert isinstance(body["chunks"][1]["data"], str)  # base64 on the JSON wire
+    targets = list(range(1, 17))
+    payload = {
+        "loss": {"type": "cross_entropy"},
+        "data": [{"model_input": body, "target_ids": targets}],
+    }
+    (got,), _, _ = wire.forward_request(payload)
+    assert got.model_input == image_input(pixels, expected_tokens=9)
+    client = vlm_client(tmp_path)
+    served = client.forward([got], "cross_entropy").result().loss_fn_outputs[0]["logprobs"]
+    local = client.forward([datum(image_input(pixels), targets)], "cross_entropy").result()
+    assert torch.equal(served.to_torch(), local.loss_fn_outputs[0]["logprobs"].to_torch())
+    # The SDK object itself, handed to the in-process service, reads the same way.
+    direct = client.forward([Datum(sdk_input, got.loss_fn_inputs)], "cross_entropy").result()
+    assert torch.equal(served.to_torch(), direct.loss_fn_outputs[0]["logprobs"].to_torch())
+
+
+@pytest.mark.parametrize(
+    ("chunk", "message"),
+    [
+        ({"type": "image", "data": "%%%", "format": "png"}, "image data must be standard base64"),
+        ({"type": "image", "data": "", "format": "png"}, "image data must be the picture's bytes"),
+        ({"type": "image", "data": "eA==", "format": "bmp"}, "format='bmp' must be png or jpeg"),
+        (
+            {"type": "image", "data": "eA==", "format": "png", "expected_tokens": "9"},
+            "expected_tokens='9' must be an integer or null",
+        ),
+    ],
+)
+def test_a_malformed_wire_image_is_one_line(chunk, message) -> None:
+    from rlvr.service.pytrio import wire
+
+    with pytest.raises(wire.WireError, match=message):
+        wire.sample_request(
+            {"request_id": "r", "prompt": {"chunks": [chunk]}, "sampling_params": {"max_tokens": 1}}
+        )

@@ -116,13 +116,13 @@ def test_a_forward_payload_becomes_the_services_datums():
                 "data": [
                     {
                         "model_input": {
-                            "chunks": [{"type": "image", "data": b"x", "format": "png"}]
+                            "chunks": [{"type": "image", "data": b"x", "format": "gif"}]
                         },
                         "target_ids": [1],
                     }
                 ],
             },
-            "image chunks need a vision-language model",
+            "format='gif' must be png or jpeg",  # a text model's refusal: the service's
         ),
         (
             {

@@ -2,8 +2,9 @@
 JSON/msgpack bodies and rlvr.service's types; no I/O, no state.
 
 Requests are checked here, whatever sent them: a body the SDK would never send (an
-image, `auto_shift`, a bad name, a missing field, a wrong type) becomes a `WireError`
-with a one-line message, which the server returns as the SDK's own error. Responses
+malformed image chunk, `auto_shift`, a bad name, a missing field, a wrong type) becomes a
+`WireError` with a one-line message, which the server returns as the SDK's own error.
+Image chunks pass to the service, which refuses them for a text model (images.py). Responses
 are built to the SDK's pydantic models (`pytrio/protocol/**`), which
 tests/service/test_service_pytrio_wire.py checks against both SDK versions.
 /work/shared/reports/pytrio-protocol.md maps the protocol.
@@ -11,6 +12,8 @@ tests/service/test_service_pytrio_wire.py checks against both SDK versions.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import re
 from dataclasses import dataclass
@@ -18,7 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from rlvr.service.types import AdamParams, Datum, ModelInput, SamplingParams
+from rlvr.service.types import (
+    AdamParams,
+    Datum,
+    EncodedTextChunk,
+    ImageChunk,
+    ModelInput,
+    SamplingParams,
+)
 
 EVENT_TYPES = (
     "trainer.init_run",
@@ -98,24 +108,42 @@ def event_response(
     return body
 
 
-def model_tokens(model_input: Any, what: str) -> list[int]:
-    """The token ids of a wire ModelInput (`{chunks: [{type, tokens}]}`); images refused."""
-    chunks = field(model_input, "chunks", list, what)
-    tokens: list[int] = []
-    for chunk in chunks:
+def model_input(body: Any, what: str) -> ModelInput:
+    """A wire ModelInput (`{chunks: [{type, tokens} | {type: "image", data, format,
+    expected_tokens}]}`) as the service's; an image's data is base64 text (JSON) or bytes
+    (MessagePack). Whether the model can read images is the service's to say."""
+    chunks: list[Any] = []
+    for chunk in field(body, "chunks", list, what):
         kind = chunk.get("type", "encoded_text") if isinstance(chunk, dict) else None
         if kind == "image":
-            raise WireError(
-                f"{what}: image chunks need a vision-language model, which rlvr does not have",
-                "unsupported",
-            )
+            chunks.append(image_chunk(chunk, f"{what}.chunk"))
+            continue
         ids = field(chunk, "tokens", list, f"{what}.chunk")
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
             raise WireError(f"{what}: token ids must be integers")
-        tokens += ids
-    if not tokens:
+        chunks.append(EncodedTextChunk(ids))
+    if not any(isinstance(c, ImageChunk) or c.tokens for c in chunks):
         raise WireError(f"{what} is empty")
-    return tokens
+    return ModelInput(chunks=chunks)
+
+
+def image_chunk(chunk: dict, what: str) -> ImageChunk:
+    """The SDK's WireImageChunk: `data` standard base64 (or bytes), `format` png or jpeg."""
+    data = chunk.get("data")
+    if isinstance(data, str):
+        try:
+            data = base64.b64decode(data, validate=True)
+        except binascii.Error:
+            raise WireError(f"{what}: image data must be standard base64") from None
+    if not isinstance(data, bytes) or not data:
+        raise WireError(f"{what}: image data must be the picture's bytes, got {data!r:.40}")
+    fmt = field(chunk, "format", str, what)
+    if fmt not in ("png", "jpeg"):
+        raise WireError(f"{what}.format={fmt!r:.40} must be png or jpeg")
+    expected = chunk.get("expected_tokens")
+    if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool)):
+        raise WireError(f"{what}.expected_tokens={expected!r:.40} must be an integer or null")
+    return ImageChunk(bytes(data), fmt, expected)
 
 
 def forward_request(payload: dict) -> tuple[list[Datum], str, dict | None]:
@@ -135,16 +163,16 @@ def forward_request(payload: dict) -> tuple[list[Datum], str, dict | None]:
     datums = []
     for i, item in enumerate(field(payload, "data", list, "payload")):
         what = f"datum {i}"
-        tokens = model_tokens(field(item, "model_input", dict, what), f"{what}.model_input")
+        given = model_input(field(item, "model_input", dict, what), f"{what}.model_input")
         inputs: dict[str, Any] = {"target_tokens": field(item, "target_ids", list, what)}
         for name in names:
             value = item.get(name)
-            if value is None and name == "weights":
-                value = [1.0] * len(tokens)
+            if value is None and name == "weights":  # one per position, as the targets
+                value = [1.0] * len(inputs["target_tokens"])
             if not isinstance(value, list):
                 raise WireError(f"{what}: loss {loss_fn!r} needs {name}, a list of numbers")
             inputs[name] = value
-        datums.append(Datum(ModelInput.from_ints(tokens), inputs))
+        datums.append(Datum(given, inputs))
     if not datums:
         raise WireError("payload.data is empty")
     return datums, loss_fn, config
@@ -210,7 +238,7 @@ class SampleRequest:
 def sample_request(body: Any) -> SampleRequest:
     """A POST v1/sampling-runs/{id}/sample body (JSON)."""
     request_id = field(body, "request_id", str, "sample request")
-    prompt = ModelInput.from_ints(model_tokens(field(body, "prompt", dict, "sample"), "prompt"))
+    prompt = model_input(field(body, "prompt", dict, "sample"), "prompt")
     params = dict(field(body, "sampling_params", dict, "sample request"))
     unknown = sorted(set(params) - set(SAMPLING_FIELDS))
     if unknown:
