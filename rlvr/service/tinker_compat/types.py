@@ -10,6 +10,7 @@ from rlvr.service.types import (
     Datum,
     EncodedTextChunk,
     ForwardBackwardOutput,
+    ImageChunk,
     ModelInput,
     OptimStepResponse,
     SampledSequence,
@@ -21,7 +22,7 @@ from rlvr.service.types import (
 
 LossFnType = str
 """A loss name: cross_entropy, importance_sampling, ppo, cispo, gspo, an rlvr surrogate."""
-ModelInputChunk = EncodedTextChunk  # the only chunk kind a local text model reads
+ModelInputChunk = EncodedTextChunk | ImageChunk  # images: a vision-language model only
 SaveWeightsForSamplerResponse = SaveWeightsResponse
 StopReason = str
 
@@ -30,6 +31,7 @@ __all__ = [
     "Datum",
     "EncodedTextChunk",
     "ForwardBackwardOutput",
+    "ImageChunk",
     "LossFnType",
     "ModelInput",
     "ModelInputChunk",
