@@ -31,6 +31,8 @@ def main(target: str, count: str, tag: str) -> None:
                 (directory / f"part-{k}").write_text(token * 2000)
 
         saves.write_save(Path(target), "state", write, overwrite=True, what="save_state")
+        if i == 0:  # the test kills us only after this: a kill then lands inside the loop
+            print("saved", flush=True)
     print("done", flush=True)
 
 

@@ -217,7 +217,10 @@ def test_f16_a_save_killed_at_any_moment_leaves_one_whole_save(tmp_path):
     seen = set()
     for attempt in range(8):
         saver = race(target, 10_000, f"try{attempt}")
-        time.sleep(0.2 + rng.random() * 0.3)  # past the start, inside the save loop
+        # Its first save has replaced the name (however long a loaded machine took to
+        # start it); then a random moment inside the save loop.
+        assert saver.stdout.readline().strip() == "saved", saver.stderr.read()
+        time.sleep(rng.random() * 0.3)
         saver.send_signal(signal.SIGKILL)
         saver.wait(30)
         seen.add(whole(target).split("-")[0])  # never missing, never half old and half new
