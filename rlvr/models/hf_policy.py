@@ -60,7 +60,14 @@ def add_lora(model: torch.nn.Module, options: PolicyOptions) -> torch.nn.Module:
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
         target_modules=lora.target_modules,
-        task_type="CAUSAL_LM",
+        # peft's causal-LM wrapper hooks `prepare_inputs_for_generation`, which the tiny VLM
+        # (rlvr.vision) does not have; the adapters injected are the same, and rlvr keeps
+        # the adapted model, not the wrapper.
+        task_type="CAUSAL_LM" if hasattr(model, "prepare_inputs_for_generation") else None,
+        # Never the LM head, which rlvr's float32 head reads as its base weight
+        # (policy_options.py): peft's "all-linear" leaves it out only for a transformers
+        # PreTrainedModel.
+        exclude_modules=_output_layer(model),
     )
     try:
         with warnings.catch_warnings():
@@ -73,6 +80,13 @@ def add_lora(model: torch.nn.Module, options: PolicyOptions) -> torch.nn.Module:
     except ValueError as err:
         raise ValueError(f"policy.lora.target_modules={lora.target_modules!r}: {err}") from err
     return peft_model.get_base_model()
+
+
+def _output_layer(model: torch.nn.Module) -> list[str] | None:
+    """The module name of `model`'s output embedding (for peft's `exclude_modules`)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    names = [name for name, module in model.named_modules() if head is not None and module is head]
+    return names or None
 
 
 def lora_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
