@@ -86,15 +86,28 @@ def warm_start(
         # A task whose episodes outgrow the default context names the model it needs.
         model_options = make_task(task_name, **task_options).embedded_model
     settings = _settings(task_name, task_options, seed, model_options, schedule)
+    return cached(
+        settings,
+        cache_dir,
+        "",
+        _load_cached,
+        lambda path: _train_and_cache(path, task_name, task_options, seed, settings, progress),
+    )
+
+
+def cached(settings: dict, cache_dir, prefix: str, load: Callable, train: Callable):
+    """`load(path)` of the warm start that `settings` determine, cached under
+    `warmstart/<prefix><hash of settings>`; else `train(path)`, which saves it there
+    (`_save_atomically`). One process trains; concurrent ones (test workers, parallel
+    compare cells) wait for it, then load what it saved."""
     key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
-    path = cache_root(cache_dir) / "warmstart" / key[:16]
+    path = cache_root(cache_dir) / "warmstart" / f"{prefix}{key[:16]}"
     if (path / META_FILE).is_file():
-        return _load_cached(path)
-    # One process trains; concurrent ones (test workers, parallel compare cells) wait for it.
+        return load(path)
     with exclusive(path.parent.parent / "locks" / f"{path.name}.lock"):
         if (path / META_FILE).is_file():
-            return _load_cached(path)
-        return _train_and_cache(path, task_name, task_options, seed, settings, progress)
+            return load(path)
+        return train(path)
 
 
 def _train_and_cache(path, task_name, task_options, seed, settings, progress):
@@ -329,7 +342,7 @@ def dev_accuracy(
     return sum(v.correct for v in verdicts) / len(verdicts)
 
 
-def _save_atomically(path: Path, model, tokenizer: CharTokenizer, info: dict) -> None:
+def _save_atomically(path: Path, model, tokenizer, info: dict) -> None:
     """Write into a temporary sibling, then rename: an interrupted run leaves no cache entry."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))

@@ -6,7 +6,6 @@ prompts encoded with their pixels (`encode_image_problems`)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import sys
@@ -16,7 +15,6 @@ from typing import Any
 
 import torch
 
-from rlvr.models.cache import cache_root, exclusive
 from rlvr.models.logprobs import response_logprobs
 from rlvr.models.tiny import tiny_qwen2_config
 from rlvr.models.tokenizer import CharTokenizer
@@ -29,6 +27,8 @@ from rlvr.warmstart.supervised import (
     TRAIN_THREADS,
     _batches,
     _Progress,
+    _save_atomically,
+    cached,
     dev_accuracy,
     torch_threads,
 )
@@ -66,31 +66,34 @@ def warm_start_vision(
         **dict(target_accuracy=target_accuracy, max_steps=max_steps, eval_every=eval_every),
         **dict(lr=lr, batch_size=batch_size),
     }
-    key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
-    path = cache_root(cache_dir) / "warmstart" / f"vlm-{key[:16]}"
-    with exclusive(path.parent.parent / "locks" / f"{path.name}.lock"):
-        if (path / META_FILE).is_file():
-            return _load(path)
-        text = tiny_qwen2_config(CharTokenizer().vocab_size, **TEXT_MODEL)
-        model = build_tiny_vlm(text, vision, seed)
-        tokenizer = VisionTokenizer(CharTokenizer(), vision.tokens_per_image)
-        started = time.perf_counter()
-        with torch_threads(TRAIN_THREADS):
-            steps, accuracy = _train(model, tokenizer, task, settings, progress)
-        info = {
-            "steps": steps,
-            "dev_accuracy": accuracy,
-            "reached_target": accuracy >= target_accuracy,
-            "seconds": round(time.perf_counter() - started, 2),
-            "settings": settings,
-        }
-        model.save_pretrained(path)
-        tokenizer.save(path)
-        (path / META_FILE).write_text(json.dumps(info, indent=2, default=str))
+    return cached(
+        settings,
+        cache_dir,
+        "vlm-",
+        _load,
+        lambda path: _train_and_cache(path, task, vision, settings, progress),
+    )
+
+
+def _train_and_cache(path: Path, task, vision: VisionSettings, settings: dict, progress: bool):
+    text = tiny_qwen2_config(CharTokenizer().vocab_size, **TEXT_MODEL)
+    model = build_tiny_vlm(text, vision, settings["seed"])
+    tokenizer = VisionTokenizer(CharTokenizer(), vision.tokens_per_image)
+    started = time.perf_counter()
+    with torch_threads(TRAIN_THREADS):
+        steps, accuracy = _train(model, tokenizer, task, settings, progress)
+    info = {
+        "steps": steps,
+        "dev_accuracy": accuracy,
+        "reached_target": accuracy >= settings["target_accuracy"],
+        "seconds": round(time.perf_counter() - started, 2),
+        "settings": settings,
+    }
+    _save_atomically(path, model, tokenizer, info)
     if progress:
         print(
-            f"warm start {task_name} (tiny VLM): dev accuracy {accuracy:.3f} after {steps} "
-            f"steps, {info['seconds']:.0f}s; cached at {path}",
+            f"warm start {settings['task']} (tiny VLM): dev accuracy {accuracy:.3f} after "
+            f"{steps} steps, {info['seconds']:.0f}s; cached at {path}",
             file=sys.stderr,
             flush=True,
         )
