@@ -15,12 +15,13 @@ but the completion and the game id.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlvr.envs.base import Environment, Reply
 from rlvr.envs.household.catalog import kind_of
 from rlvr.envs.household.games import intro
-from rlvr.envs.household.world import NOTHING_HAPPENS, Game, World
+from rlvr.envs.household.world import NOTHING_HAPPENS, Game, World, replay
 
 INVALID_PENALTY = 0.1
 """Reward lost per invalid command (08-alfworld's INVALID_ACTION_PENALTY)."""
@@ -85,15 +86,22 @@ def observation_text(observation: str, done: bool, admissible: list[str] | None 
 
 
 class HouseholdEnvironment(Environment):
-    """One game: each newline-ended turn is a command; done when won or out of steps."""
+    """One game: each newline-ended turn is a command; done when won or out of steps.
+    `actions`: start after them (replayed from the game's start, `replay`), as a saved
+    mid-game state resumes; they count towards `max_steps`."""
 
     stop = ("\n",)
 
     def __init__(
-        self, game: Game, max_steps: int = 50, show_admissible: bool = False, compact: bool = False
+        self,
+        game: Game,
+        max_steps: int = 50,
+        show_admissible: bool = False,
+        compact: bool = False,
+        actions: Sequence[str] = (),
     ) -> None:
-        self.world, self.max_steps, self.show_admissible = World(game), max_steps, show_admissible
-        self.compact = compact
+        self.world, self.max_steps = replay(game, list(actions)), max_steps
+        self.show_admissible, self.compact = show_admissible, compact
 
     def step(self, turn: str) -> Reply:
         action = canonical(turn)
