@@ -66,8 +66,10 @@ def add_lora(model: torch.nn.Module, options: PolicyOptions) -> torch.nn.Module:
         task_type="CAUSAL_LM" if hasattr(model, "prepare_inputs_for_generation") else None,
         # Never the LM head, which rlvr's float32 head reads as its base weight
         # (policy_options.py): peft's "all-linear" leaves it out only for a transformers
-        # PreTrainedModel.
-        exclude_modules=_output_layer(model),
+        # PreTrainedModel. Nor what the model keeps frozen (rlvr.vision.qwen_vl: the vision
+        # tower of a Qwen2-VL, whose LoRA adapts the language side).
+        exclude_modules=_output_layer(model) + list(getattr(model, "lora_frozen_modules", []))
+        or None,
     )
     try:
         with warnings.catch_warnings():
@@ -82,11 +84,10 @@ def add_lora(model: torch.nn.Module, options: PolicyOptions) -> torch.nn.Module:
     return peft_model.get_base_model()
 
 
-def _output_layer(model: torch.nn.Module) -> list[str] | None:
+def _output_layer(model: torch.nn.Module) -> list[str]:
     """The module name of `model`'s output embedding (for peft's `exclude_modules`)."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    names = [name for name, module in model.named_modules() if head is not None and module is head]
-    return names or None
+    return [name for name, module in model.named_modules() if head is not None and module is head]
 
 
 def lora_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -18,6 +18,7 @@ from rlvr.models.quiet import quiet_transformers
 from rlvr.models.tokenizer import TOKENIZER_FILE, CharTokenizer, HFTokenizer, Tokenizer
 from rlvr.vision import TinyVLM, VisionTokenizer
 from rlvr.vision.model import CONFIG_FILE as VLM_CONFIG_FILE
+from rlvr.vision.qwen_vl import QwenVLTokenizer, is_vision_language, load_qwen_vl
 
 EMBEDDED = "embedded"
 LOADABLE = (
@@ -38,6 +39,8 @@ def load_pretrained(name: str) -> tuple[PreTrainedModel, Tokenizer, dict[str, An
         tokenizer = VisionTokenizer.load(source, CharTokenizer.load(source))
         return policy, tokenizer, {"model": name, "parameters": policy.num_parameters()}
     check_local_model(source)
+    if is_vision_language(source):
+        return _load_vision_language(source, name)
     try:
         with quiet_transformers():  # its per-shard "Loading weights" bar: one line of noise
             policy = AutoModelForCausalLM.from_pretrained(source)
@@ -64,6 +67,19 @@ def load_pretrained(name: str) -> tuple[PreTrainedModel, Tokenizer, dict[str, An
     if source != name:
         info["converted_directory"] = source
     return policy, tokenizer, info
+
+
+def _load_vision_language(source: str, name: str) -> tuple[Any, Tokenizer, dict[str, Any]]:
+    """A Hugging Face vision-language model directory (rlvr.vision.qwen_vl): Qwen2-VL, or a
+    refusal that names the architecture."""
+    from transformers import AutoTokenizer
+
+    with quiet_transformers():
+        policy, images = load_qwen_vl(source, name)
+    check_logits_match(policy, name)
+    text = HFTokenizer(AutoTokenizer.from_pretrained(source))
+    tokenizer = QwenVLTokenizer(text, images, int(policy.config.image_token_id))
+    return policy, tokenizer, {"model": name, "parameters": policy.num_parameters()}
 
 
 def resolve_model(name: str) -> str:

@@ -3,15 +3,18 @@ picture becomes its run of image placeholder tokens, and the ids an
 `rlvr.vision.ImagePrompt` carrying the pixels, so sampling, `compute_logprobs` and
 `forward_backward` see the picture the way rlvr's trainer does (docs/vision.md).
 
-Like LLaVA-1.5's processor, a picture of another size is resized (bicubic) to the
-model's square input, so every image takes the model's fixed tokens per image; a
-chunk's `expected_tokens` must equal that number. A text model refuses image chunks,
-naming the chunk and the model.
+For the tiny VLM, like LLaVA-1.5's processor, a picture of another size is resized
+(bicubic) to the model's square input, so every image takes the model's fixed tokens per
+image. A Qwen2-VL model by path (`rlvr.vision.qwen_vl`) reads each picture with its own
+image processor, so a picture takes patches // merge² tokens, as the PyTRIO SDK's
+callers count them. A chunk's `expected_tokens` must equal that number. A text model
+refuses image chunks, naming the chunk and the model.
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,10 +37,18 @@ class ImageSpec:
     image_size: int  # its square input's side, in pixels
     image_token_id: int
     model: str  # the model's name, for messages
+    encode: Callable[[Any], tuple[torch.Tensor, torch.Tensor, int]] | None = None
+    """A PIL picture → (patch rows, grid (1, 3), tokens): the model's own processor
+    (Qwen-VL); None: resize to `image_size` and take `tokens_per_image`."""
 
 
 def image_spec(model: torch.nn.Module, tokenizer: Any) -> ImageSpec | None:
-    """The picture input of `model` (the embedded tiny VLM), None for a text model."""
+    """The picture input of `model` (the embedded tiny VLM or a Qwen2-VL model), None
+    for a text model."""
+    images = getattr(tokenizer, "images", None)
+    if callable(images) and hasattr(tokenizer, "image_token_id"):  # QwenVLTokenizer
+        name = getattr(model.config, "model_type", type(model).__name__)
+        return ImageSpec(0, 0, tokenizer.image_token_id, name, images)
     vision = getattr(getattr(model, "config", None), "vision", None)
     if vision is None or not hasattr(tokenizer, "encode_images"):
         return None
@@ -79,7 +90,7 @@ def text_ids(tokens: Any, vocab_size: int, what: str) -> list[int]:
 
 def _image_prompt(chunks, vocab_size, spec, model_name, what) -> ImagePrompt:
     ids: list[int] = []
-    pixels, spans = [], []
+    pixels, grids, spans = [], [], []
     for chunk in chunks:
         if not is_image_chunk(chunk):
             ids += text_ids(chunk.tokens, vocab_size, what)
@@ -89,22 +100,42 @@ def _image_prompt(chunks, vocab_size, spec, model_name, what) -> ImagePrompt:
             raise ValueError(
                 f"{where} ({type(chunk).__name__}, format={getattr(chunk, 'format', None)!r}): "
                 f"image chunks need a vision-language model, and {model_name} is a text "
-                "model; serve 'embedded:shapes' (the tiny VLM) to send pictures"
+                "model; serve 'embedded:shapes' (the tiny VLM) or a Qwen2-VL directory to "
+                "send pictures"
             )
+        if spec.encode is None:
+            picture, grid, tokens = decode_image(chunk, spec.image_size, where), None, None
+        else:
+            picture, grid, tokens = spec.encode(open_image(chunk, where))
+        tokens = spec.tokens_per_image if tokens is None else tokens
         expected = getattr(chunk, "expected_tokens", None)
-        if expected is not None and expected != spec.tokens_per_image:
+        if expected is not None and expected != tokens:
             raise ValueError(
                 f"{where} has expected_tokens={expected} but {spec.model} turns a picture "
-                f"into {spec.tokens_per_image} tokens"
+                f"into {tokens} tokens"
             )
-        pixels.append(decode_image(chunk, spec.image_size, where))
-        spans.append((len(ids), len(ids) + spec.tokens_per_image))
-        ids += [spec.image_token_id] * spec.tokens_per_image
+        pixels.append(picture)
+        grids.append(grid)
+        spans.append((len(ids), len(ids) + tokens))
+        ids += [spec.image_token_id] * tokens
+    if spec.encode is not None:  # Qwen-VL: patch rows and each picture's grid
+        return ImagePrompt(ids, torch.cat(pixels), spans, torch.cat(grids))
     return ImagePrompt(ids, torch.stack(pixels), spans)
 
 
 def decode_image(chunk: Any, size: int, where: str) -> torch.Tensor:
     """The chunk's picture as (3, size, size) RGB values in [0, 1] (value / 255)."""
+    from PIL import Image
+
+    image = open_image(chunk, where)
+    if image.size != (size, size):
+        image = image.resize((size, size), Image.Resampling.BICUBIC)
+    values = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
+    return values.view(size, size, 3).permute(2, 0, 1).float() / 255  # (3, S, S)
+
+
+def open_image(chunk: Any, where: str) -> Any:
+    """The chunk's picture as an RGB PIL image, its format and size checked."""
     from PIL import Image, UnidentifiedImageError  # matplotlib's dependency, so installed
 
     fmt, data = getattr(chunk, "format", None), getattr(chunk, "data", None)
@@ -116,10 +147,6 @@ def decode_image(chunk: Any, size: int, where: str) -> torch.Tensor:
         image = Image.open(io.BytesIO(data), formats=[fmt.upper()])
         if max(image.size) > MAX_IMAGE_SIDE:
             raise ValueError(f"it is {image.size[0]}×{image.size[1]}, over {MAX_IMAGE_SIDE}")
-        image = image.convert("RGB")
+        return image.convert("RGB")
     except (UnidentifiedImageError, OSError, ValueError) as err:
         raise ValueError(f"{where} is not a readable {fmt} picture ({err})") from None
-    if image.size != (size, size):
-        image = image.resize((size, size), Image.Resampling.BICUBIC)
-    values = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
-    return values.view(size, size, 3).permute(2, 0, 1).float() / 255  # (3, S, S)

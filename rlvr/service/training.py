@@ -431,12 +431,12 @@ def _outputs(logprobs: torch.Tensor, batch: Batch) -> list[dict[str, TensorData]
 def _head(ids: list[int], n: int) -> list[int]:
     """`ids[:n]`, keeping an `ImagePrompt`'s pictures (no image may end past n)."""
     if isinstance(ids, ImagePrompt):
-        return ImagePrompt(ids[:n], ids.pixel_values, ids.spans)
+        return ImagePrompt(ids[:n], ids.pixel_values, ids.spans, ids.image_grid_thw)
     return ids[:n]
 
 
 def _first_token(row: list[int]) -> list[int]:
     """The one-token prompt of a packed row, carrying the row's pictures if it has any."""
     if isinstance(row, ImagePrompt):
-        return ImagePrompt(row[:1], row.pixel_values, row.spans)
+        return ImagePrompt(row[:1], row.pixel_values, row.spans, row.image_grid_thw)
     return row[:1]

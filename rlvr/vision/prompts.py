@@ -25,22 +25,74 @@ class ImagePrompt(list):
     """A prompt's token ids (a `list[int]`), `pixel_values` (n_images, C, H, W) and
     `spans`: image i fills the placeholder columns [start, end) of `spans[i]`.
     `prompt + more_ids` is still an ImagePrompt with the same images (a multi-turn
-    context keeps them); a slice is a plain list (`image_tail` keeps its images)."""
+    context keeps them); a slice is a plain list (`image_tail` keeps its images).
+
+    A Qwen-VL prompt (`rlvr.vision.qwen_vl`) also has `image_grid_thw` (n_images, 3):
+    its `pixel_values` are then the images' flattened patches, (Σ t·h·w, D), image i
+    owning t·h·w rows in turn, as Qwen-VL's image processor returns them."""
+
+    image_grid_thw: torch.Tensor | None = None  # also for one pickled before it existed
 
     def __init__(
-        self, ids: Iterable[int], pixel_values: torch.Tensor, spans: Sequence[tuple[int, int]]
+        self,
+        ids: Iterable[int],
+        pixel_values: torch.Tensor,
+        spans: Sequence[tuple[int, int]],
+        image_grid_thw: torch.Tensor | None = None,
     ) -> None:
         super().__init__(ids)
-        if pixel_values.dim() != 4 or len(pixel_values) != len(spans):
-            raise ValueError(
-                f"pixel_values must be (n_images, channels, height, width) with one image "
-                f"per span, got shape {tuple(pixel_values.shape)} for {len(spans)} span(s)"
-            )
         self.pixel_values = pixel_values
         self.spans = [(int(a), int(b)) for a, b in spans]
+        self.image_grid_thw = image_grid_thw
+        _check_images(pixel_values, self.spans, image_grid_thw)
 
     def __add__(self, other: Iterable[int]) -> ImagePrompt:
-        return ImagePrompt([*self, *other], self.pixel_values, self.spans)
+        return ImagePrompt([*self, *other], self.pixel_values, self.spans, self.image_grid_thw)
+
+    def image(self, i: int) -> torch.Tensor:
+        """Image i's pixel values (its rows of patches for a Qwen-VL prompt)."""
+        if self.image_grid_thw is None:
+            return self.pixel_values[i]
+        rows = self.image_grid_thw.prod(-1).tolist()
+        start = sum(rows[:i])
+        return self.pixel_values[start : start + rows[i]]
+
+    def same_image(self, i: int, other: ImagePrompt, j: int) -> bool:
+        """Whether image i here and image j of `other` have the same pixels and grid."""
+        grids = (self.image_grid_thw, other.image_grid_thw)
+        if (grids[0] is None) != (grids[1] is None):
+            return False
+        if grids[0] is not None and not torch.equal(grids[0][i], grids[1][j]):
+            return False
+        return torch.equal(self.image(i), other.image(j))
+
+    def images_at(self, keep: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(pixel_values, image_grid_thw) of the images `keep`, in that order."""
+        if self.image_grid_thw is None:
+            return self.pixel_values[list(keep)], None
+        pixels = torch.cat([self.image(i) for i in keep]) if keep else self.pixel_values[:0]
+        return pixels, self.image_grid_thw[list(keep)]
+
+
+def _check_images(pixels: torch.Tensor, spans: list, grid: torch.Tensor | None) -> None:
+    if grid is None:
+        if pixels.dim() != 4 or len(pixels) != len(spans):
+            raise ValueError(
+                f"pixel_values must be (n_images, channels, height, width) with one image "
+                f"per span, got shape {tuple(pixels.shape)} for {len(spans)} span(s)"
+            )
+        return
+    if grid.dim() != 2 or grid.shape != (len(spans), 3) or pixels.dim() != 2:
+        raise ValueError(
+            f"image_grid_thw must be (n_images, 3) with one row per span and pixel_values "
+            f"(patches, patch_dim), got {tuple(grid.shape)} and {tuple(pixels.shape)} for "
+            f"{len(spans)} span(s)"
+        )
+    if int(grid.prod(-1).sum()) != len(pixels):
+        raise ValueError(
+            f"image_grid_thw counts {int(grid.prod(-1).sum())} patches but pixel_values "
+            f"holds {len(pixels)} rows"
+        )
 
 
 def image_tail(prompt: Sequence[int], start: int) -> list[int]:
@@ -55,7 +107,8 @@ def image_tail(prompt: Sequence[int], start: int) -> list[int]:
     if not keep:
         return tail
     spans = [(a - start, b - start) for a, b in (prompt.spans[i] for i in keep)]
-    return ImagePrompt(tail, prompt.pixel_values[keep], spans)
+    pixels, grid = prompt.images_at(keep)
+    return ImagePrompt(tail, pixels, spans, grid)
 
 
 def shared_prefix(cached: Sequence[int], prompt: Sequence[int], length: int) -> int:
@@ -72,7 +125,7 @@ def shared_prefix(cached: Sequence[int], prompt: Sequence[int], length: int) -> 
             isinstance(cached, ImagePrompt)
             and i < len(cached.spans)
             and cached.spans[i] == (a, b)
-            and torch.equal(cached.pixel_values[i], prompt.pixel_values[i])
+            and prompt.same_image(i, cached, i)
         )
         if not same or b > length:
             return a
@@ -82,9 +135,18 @@ def shared_prefix(cached: Sequence[int], prompt: Sequence[int], length: int) -> 
 def image_inputs(prompts: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
     """The extra forward inputs of a batch whose rows are `prompts`, in row order:
     `{"pixel_values": (N, C, H, W)}` with every row's images in turn, or `{}` when no
-    row shows an image (a text-only forward gets exactly the arguments it always had)."""
-    pixels = [p.pixel_values for p in prompts if isinstance(p, ImagePrompt)]
-    return {"pixel_values": torch.cat(pixels)} if pixels else {}
+    row shows an image (a text-only forward gets exactly the arguments it always had).
+    Qwen-VL prompts add `"image_grid_thw"`: (n_images, 3), every row's images in turn."""
+    shown = [p for p in prompts if isinstance(p, ImagePrompt)]
+    if not shown:
+        return {}
+    inputs = {"pixel_values": torch.cat([p.pixel_values for p in shown])}
+    grids = [p.image_grid_thw for p in shown if p.image_grid_thw is not None]
+    if grids:
+        if len(grids) != len(shown):
+            raise ValueError("a batch mixes Qwen-VL image prompts with other image prompts")
+        inputs["image_grid_thw"] = torch.cat(grids)
+    return inputs
 
 
 class VisionTokenizer:
