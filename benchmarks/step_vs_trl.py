@@ -114,6 +114,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--prompts", type=int, default=8, help="how many of the 8 prompts")
     parser.add_argument("--lora", type=int, default=0, help="LoRA rank (0: full fine-tune)")
     parser.add_argument("--beta", type=float, default=0.0, help="KL weight to π_ref")
+    parser.add_argument(
+        "--memory-budget",
+        type=float,
+        default=Work.memory_budget,
+        help="rlvr's memory_budget_gib (its default; 0: every row in one micro-batch)",
+    )
     names = tuple(name for c in COMPARISONS for name in c.contestants)
     parser.add_argument("--child", choices=names, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)
@@ -122,16 +128,16 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    if not 1 <= args.prompts <= 8 or args.lora < 0 or args.beta < 0:
+    if not 1 <= args.prompts <= 8 or args.lora < 0 or args.beta < 0 or args.memory_budget < 0:
         raise SystemExit(
             f"--prompts must be 1..8 (got {args.prompts}), --lora ≥ 0 (got {args.lora}), "
-            f"--beta ≥ 0 (got {args.beta})"
+            f"--beta ≥ 0 (got {args.beta}), --memory-budget ≥ 0 (got {args.memory_budget})"
         )
     if args.model and args.in_process:
         raise SystemExit("--model runs each contestant in its own process; drop --in-process")
     if args.model:
         args.sizes, args.no_bf16, args.no_floor = args.model, True, True
-    work.WORK = Work(args.model, args.prompts, args.lora, args.beta)
+    work.WORK = Work(args.model, args.prompts, args.lora, args.beta, args.memory_budget)
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     RlvrSide.compile_decode = args.compile

@@ -179,7 +179,11 @@ def report(size, loss, params, results, first: bool, comparisons: list[Compariso
             f"{name:<10} {m['median']:7.3f} {m['min']:6.3f} {m['max']:6.3f} "
             + " ".join(f"{m[p]:9.3f}" for p in (*PHASES, "other"))
         )
-    print(f"rows rlvr trained per step: {rows} (TRL trains every row)")
+    micro = sorted({t["micro_rows"] for t in results["rlvr"] if "micro_rows" in t})
+    print(
+        f"rows rlvr trained per step: {rows} (TRL trains every row); rows per micro-batch "
+        f"(memory_budget_gib {work.WORK.memory_budget or 'none'}): {micro}"
+    )
     cpu = ", ".join(
         f"{name} {statistics.median(t['cpu'] for t in results[name]):.3f}" for name in s
     )

@@ -19,6 +19,7 @@ from rlvr.models import response_logprobs
 from rlvr.models.hf_policy import reference_policy
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.train import update as rlvr_update
+from rlvr.train.memory_budget import activation_budget
 from rlvr.train.records.rollout_record import from_generation
 from rlvr.train.sampler.precision import sampling_engine
 from rlvr.train.update import UpdateSettings, policy_update
@@ -59,8 +60,21 @@ class RlvrSide:
         self.optimizer = torch.optim.AdamW(trained, lr=LR, weight_decay=0.0)
         self.params = SamplingParams(group, 1.0, 1.0, tokens)
         pad = self.tokenizer.pad_token_id
+        # As the trainer: micro-batches of as many rows as `memory_budget_gib` allows.
+        budget = None
+        if w.memory_budget > 0:
+            copy = isinstance(self.reference, torch.nn.Module)  # LoRA's view holds no weights
+            budget = activation_budget(w.memory_budget, model, reference_copy=copy)
         self.settings = UpdateSettings(
-            1, 1, len(prompts()) * group, 1.0, tokens, 1.0, pad, precision=precision
+            1,
+            1,
+            len(prompts()) * group,
+            1.0,
+            tokens,
+            1.0,
+            pad,
+            precision=precision,
+            activation_bytes=budget,
         )
         self.prompt_ids = [self.tokenizer.encode(p) for p in prompts()]
         self.generator = torch.Generator().manual_seed(0)
@@ -90,7 +104,9 @@ class RlvrSide:
             max_new_tokens=self.params.max_new_tokens,
         )
         with self._timed_update():
-            policy_update(self.model, self.optimizer, self.recipe, rollout, prepared, self.settings)
+            metrics = policy_update(
+                self.model, self.optimizer, self.recipe, rollout, prepared, self.settings
+            )
         self.engine.sync_weights()  # bf16: the sampler's copy; fp32: nothing to do
         elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
         rows = int(prepared.keep.sum())
@@ -98,6 +114,7 @@ class RlvrSide:
             "step": elapsed,
             "cpu": cpu,
             "rows": rows,
+            "micro_rows": int(metrics["train/micro_batch_rows"]),
             "rss": peak_rss_gib(),
             **self.phases.take(),
         }

@@ -28,18 +28,27 @@ LR = 1e-5
 
 @dataclass(frozen=True)
 class Work:
-    """What `--model`, `--prompts`, `--lora` and `--beta` change (the defaults: the tiny
-    models' work as before)."""
+    """What `--model`, `--prompts`, `--lora`, `--beta` and `--memory-budget` change (the
+    defaults: the tiny models' work as before). `memory_budget` is rlvr's
+    `memory_budget_gib` (its default, 8): rlvr's training micro-batches are as many rows as
+    it lets the trainer take; 0 means no budget (every row in one micro-batch)."""
 
     model: str | None = None
     prompts: int = 8
     lora: int = 0
     beta: float = 0.0
+    memory_budget: float = 8.0
 
     def flags(self) -> list[str]:
         """The same work for a contestant's process."""
         model = [f"--model={self.model}"] if self.model else []
-        return [*model, f"--prompts={self.prompts}", f"--lora={self.lora}", f"--beta={self.beta}"]
+        return [
+            *model,
+            f"--prompts={self.prompts}",
+            f"--lora={self.lora}",
+            f"--beta={self.beta}",
+            f"--memory-budget={self.memory_budget}",
+        ]
 
     def lora_config(self):
         """Both sides' adapter: rank r, α = 2r, every linear layer (TRL's and peft's
