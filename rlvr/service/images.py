@@ -69,7 +69,7 @@ def model_prompt(
     [0, vocab_size), at least one; or, when it holds image chunks, an `ImagePrompt` whose
     placeholder runs stand where the chunks were."""
     if not has_images(model_input):
-        ids = text_ids(model_input.to_ints(), vocab_size, what)
+        ids = _no_placeholder(text_ids(model_input.to_ints(), vocab_size, what), spec, what)
     else:
         ids = _image_prompt(model_input.chunks, vocab_size, spec, model_name, what)
     if not ids:
@@ -88,12 +88,24 @@ def text_ids(tokens: Any, vocab_size: int, what: str) -> list[int]:
     return tokens
 
 
+def _no_placeholder(tokens: list[int], spec: ImageSpec | None, what: str) -> list[int]:
+    """`tokens`, refused when one is the model's image placeholder (a Qwen-VL's
+    <|image_pad|> is in its vocabulary): a picture's tokens come from its image chunk."""
+    if spec is not None and spec.image_token_id in tokens:
+        raise ValueError(
+            f"{what} token {tokens.index(spec.image_token_id)} of a text chunk is "
+            f"{spec.image_token_id}, {spec.model}'s image placeholder; send the picture "
+            "as an image chunk, which stands for its placeholders"
+        )
+    return tokens
+
+
 def _image_prompt(chunks, vocab_size, spec, model_name, what) -> ImagePrompt:
     ids: list[int] = []
     pixels, grids, spans = [], [], []
     for chunk in chunks:
         if not is_image_chunk(chunk):
-            ids += text_ids(chunk.tokens, vocab_size, what)
+            ids += _no_placeholder(text_ids(chunk.tokens, vocab_size, what), spec, what)
             continue
         where = f"{what}: image chunk {len(spans)}"
         if spec is None:

@@ -1,0 +1,211 @@
+"""A Hugging Face Qwen2-VL loaded by path (rlvr.vision.qwen_vl) on the tiny one of
+qwen_vl_testlib: rlvr's forwards (the trainer's full forward on a left-padded batch, and
+the sampler's prefill + KV-cached decode steps) reproduce the model's own forward with its
+multimodal rotary positions; pixels reach every forward and only their own rows; LoRA
+adapts the language side only; a saved policy reloads as it was; other vision-language
+architectures are refused by name."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+
+import pytest
+import torch
+from qwen_vl_testlib import build_qwen2_vl
+from rounding_testlib import RANDOM_LOGIT_SCALE, forward_terms, reorder_atol
+
+from rlvr.models import response_logprobs
+from rlvr.models.hf_policy import add_lora, lora_layers
+from rlvr.models.load import load_pretrained
+from rlvr.models.policy_options import LoraOptions, PolicyOptions
+from rlvr.rollout.hf_engine import HFEngine
+from rlvr.rollout.kv_session import open_session
+from rlvr.vision.prompts import ImagePrompt
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    directory = build_qwen2_vl(tmp_path_factory.mktemp("qwen2vl") / "model")
+    policy, tokenizer, _ = load_pretrained(str(directory))
+    sharpen(policy)
+    return directory, policy.eval(), tokenizer
+
+
+def sharpen(policy) -> None:
+    """Scale the language model's query and key projections 8×: random init attends almost
+    uniformly, so positions hardly matter; sharper attention makes a wrong position rule
+    move log-probs far past the tolerance (the RMS-normalised head's logit scale, M in
+    the tolerance, is unchanged)."""
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if name.startswith("model.language_model.") and ("q_proj" in name or "k_proj" in name):
+                p.mul_(8)
+
+
+def pictures(seed: int) -> list[torch.Tensor]:
+    """Two pictures in [0, 1]: 32×32 (8×8 patches, 16 tokens) and 32×48 (8×12, 24 tokens)."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.rand(1, 3, 32, 32, generator=g), torch.rand(1, 3, 32, 48, generator=g)]
+
+
+def prompts(tokenizer, images) -> list[ImagePrompt]:
+    # Different text lengths before the picture: the batch is left-padded.
+    return [
+        tokenizer.encode_images("Look: <image> how many sides? A:", images[0]),
+        tokenizer.encode_images("<image>sides?", images[1]),
+    ]
+
+
+def qwen_logprob_atol(policy, positions: int) -> float:
+    """Two float32 forwards that add in other orders: n·ε·M (rounding_testlib.py) with n the
+    language model's chain (`forward_terms`) plus the vision tower's in front of it: the
+    patch embedding (C·t·p² terms), per block q/k/v and output projections (embed each),
+    softmax and weighted sum over at most P patches, the MLP (embed, mlp_ratio·embed),
+    then the merger (embed·merge², hidden). M: a random tiny model's logit scale."""
+    v = policy.config.vision_config
+    patches = 8 * 12
+    block = 4 * v.embed_dim + 2 * patches + v.embed_dim + v.mlp_ratio * v.embed_dim
+    merger = v.embed_dim * v.spatial_merge_size**2 + v.hidden_size
+    vision = v.in_channels * v.temporal_patch_size * v.patch_size**2 + v.depth * block + merger
+    terms = forward_terms(policy.config.text_config, positions) + int(vision)
+    return reorder_atol(terms, RANDOM_LOGIT_SCALE)
+
+
+def own_forward_logprobs(policy, prompt: ImagePrompt, response: list[int]) -> torch.Tensor:
+    """log π of `response` after `prompt` by the Hugging Face model's own forward (its
+    get_rope_index from mm_token_type_ids, as its processor's outputs drive it), one row."""
+    ids = torch.tensor([[*prompt, *response]])
+    with torch.no_grad():
+        logits = policy._hf(
+            input_ids=ids,
+            pixel_values=prompt.pixel_values,
+            image_grid_thw=prompt.image_grid_thw,
+            mm_token_type_ids=(ids == policy.config.image_token_id).int(),
+        ).logits[0, len(prompt) - 1 : -1]
+    return logits.float().log_softmax(-1).gather(-1, torch.tensor(response)[:, None])[:, 0]
+
+
+RESPONSES = [[40, 41, 42, 43], [50, 51, 52, 53]]
+
+
+def test_rlvr_forwards_reproduce_the_models_own_multimodal_positions(qwen):
+    _, policy, tokenizer = qwen
+    rows = prompts(tokenizer, pictures(0))
+    assert rows[0].spans[0][1] - rows[0].spans[0][0] == 16  # 32×32: 64 patches / 2²
+    assert rows[1].spans[0][1] - rows[1].spans[0][0] == 24  # 32×48: 96 patches / 2²
+    expected = torch.stack(
+        [own_forward_logprobs(policy, p, r) for p, r in zip(rows, RESPONSES, strict=True)]
+    )
+    atol = qwen_logprob_atol(policy, max(map(len, rows)) + 4)
+    trainer = response_logprobs(policy, rows, torch.tensor(RESPONSES), torch.ones(2, 4), 0)
+    torch.testing.assert_close(trainer, expected, atol=atol, rtol=0)
+    # The sampler's path: a prefill, then decode steps whose positions add the stored δ.
+    sampler = HFEngine(policy, tokenizer).score_ids(rows, RESPONSES)
+    torch.testing.assert_close(torch.stack(sampler), expected, atol=atol, rtol=0)
+    # 1-D positions (rlvr's text rule) would be another model: the check can fail.
+    text_rule = policy.base_model.model(
+        input_ids=torch.tensor([[*rows[1], *RESPONSES[1]]]),
+        pixel_values=rows[1].pixel_values,
+        image_grid_thw=rows[1].image_grid_thw,
+        position_ids=torch.arange(len(rows[1]) + 4)[None],
+    ).last_hidden_state
+    logits = policy.lm_head(text_rule)[0, len(rows[1]) - 1 : -1].log_softmax(-1)
+    wrong = logits.gather(-1, torch.tensor(RESPONSES[1])[:, None])[:, 0]
+    assert (wrong - expected[1]).abs().max() > 10 * atol
+
+
+def test_a_picture_moves_only_its_own_rows_log_probs(qwen):
+    _, policy, tokenizer = qwen
+    images = pictures(0)
+    changed = [images[0], images[1].clone()]
+    changed[1][0, :, :4, :4] = 1 - changed[1][0, :, :4, :4]  # one patch of picture 1
+    args = (torch.tensor(RESPONSES), torch.ones(2, 4), 0)
+    before = response_logprobs(policy, prompts(tokenizer, images), *args)
+    after = response_logprobs(policy, prompts(tokenizer, changed), *args)
+    assert torch.equal(before[0], after[0])  # row 0's picture and text are the same
+    assert not torch.equal(before[1], after[1])
+
+
+def test_the_sampler_runs_through_the_models_own_forward_without_a_kv_session(qwen):
+    _, policy, tokenizer = qwen
+    engine = HFEngine(policy, tokenizer)
+    assert engine._static is None  # not a Llama-family model: the generic DynamicCache path
+    assert open_session(engine) is None  # its cache re-lays 1-D positions: callers re-prefill
+
+
+def test_lora_adapts_the_language_side_only_and_learns_through_the_picture(qwen):
+    directory, _, tokenizer = qwen
+    policy, _, _ = load_pretrained(str(directory))
+    sharpen(policy)
+    model = add_lora(policy, PolicyOptions(lora=LoraOptions(rank=2, alpha=4)))
+    adapted = [n for n, m in model.named_modules() if m in set(lora_layers(model))]
+    assert adapted and all(n.startswith("model.language_model.") for n in adapted)
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trained and all(".lora_" in n for n in trained)
+    for name, p in model.named_parameters():  # B starts at 0: give the adapters an effect
+        if "lora_B" in name:
+            p.data.normal_(0, 0.3, generator=torch.Generator().manual_seed(3))
+    logprobs = response_logprobs(
+        model, prompts(tokenizer, pictures(1)), torch.tensor(RESPONSES), torch.ones(2, 4), 0
+    )
+    logprobs.sum().backward()
+    grads = [p.grad for n, p in model.named_parameters() if p.requires_grad]
+    assert all(g is not None for g in grads) and any(g.abs().sum() > 0 for g in grads)
+
+
+def test_a_saved_policy_reloads_with_its_weights_and_image_processor(qwen, tmp_path):
+    _, policy, tokenizer = qwen
+    policy.save_pretrained(tmp_path / "saved")
+    tokenizer.save(tmp_path / "saved")
+    again, tokenizer_again, _ = load_pretrained(str(tmp_path / "saved"))
+    rows = prompts(tokenizer_again, pictures(2))
+    args = (torch.tensor(RESPONSES), torch.ones(2, 4), 0)
+    assert torch.equal(
+        response_logprobs(again.eval(), rows, *args), response_logprobs(policy, rows, *args)
+    )
+
+
+def test_another_vision_language_architecture_is_refused_by_name(qwen, tmp_path):
+    directory, _, _ = qwen
+    shutil.copytree(directory, tmp_path / "llava")
+    config = json.loads((tmp_path / "llava" / "config.json").read_text())
+    config["model_type"] = "llava"
+    (tmp_path / "llava" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        ValueError,
+        match=r"is a vision-language model of type 'llava', which rlvr does not support: .*"
+        r"supported: qwen2_vl",
+    ):
+        load_pretrained(str(tmp_path / "llava"))
+
+
+def test_the_service_counts_a_pictures_tokens_with_the_models_image_processor(qwen, tmp_path):
+    from PIL import Image
+
+    from rlvr.service import Datum, ModelInput, ServiceClient
+    from rlvr.service.types import EncodedTextChunk, ImageChunk
+
+    directory, _, _ = qwen
+    client = ServiceClient(root=tmp_path).create_training_client(str(directory))
+    buffer = io.BytesIO()
+    Image.new("RGB", (48, 32), (200, 30, 30)).save(buffer, format="PNG")  # 8×12 patches
+
+    def datum(expected: int) -> Datum:
+        chunks = [EncodedTextChunk([50, 60]), ImageChunk(buffer.getvalue(), "png", expected)]
+        given = ModelInput(chunks=[*chunks, EncodedTextChunk([70])])
+        length = 2 + expected + 1
+        return Datum(given, {"target_tokens": [8] * length, "weights": [1.0] * length})
+
+    with pytest.raises(
+        ValueError,
+        match=r"image chunk 0 has expected_tokens=16 but qwen2_vl turns a picture into 24 "
+        r"tokens$",
+    ):
+        client.forward([datum(16)], "cross_entropy")
+    out = client.forward([datum(24)], "cross_entropy").result()  # 96 patches / 2² = 24
+    assert len(out.loss_fn_outputs[0]["logprobs"].tolist()) == 2 + 24 + 1
+    pad = client.get_tokenizer().image_token_id  # in a Qwen-VL's vocabulary, unlike the tiny VLM's
+    with pytest.raises(ValueError, match=rf"token 1 of a text chunk is {pad}, qwen2_vl's image"):
+        client.compute_logprobs(ModelInput.from_ints([50, pad, 60]))
