@@ -321,3 +321,55 @@ def test_game_rows_are_dataset_rows_the_environment_plays(root):
 
 def test_the_module_names_its_extra():
     assert "pip install 'rlvr[alfworld]'" in alfworld.MISSING
+
+
+@needs_alfworld
+def test_rlvr_train_plays_alfworld_games_from_dataset_rows(tmp_path, monkeypatch):
+    """One `rlvr train` step on three handmade games as a dataset task's rows, with the
+    environment and the reward named in the config (docs/22-alfworld.md), and a random
+    local Qwen2 with a context that holds an ALFWorld opening."""
+    import json as json_module
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "train"))
+    from local_model import local_policy_dir
+
+    from rlvr.train import run_training
+    from rlvr.train.config import resolve_config
+
+    for i in range(3):
+        write_game(tmp_path / "data", f"train/pick_and_place_simple-Apple-None-Fridge-{i}/t{i}")
+    rows = game_rows(tmp_path / "data", "train")
+    with (tmp_path / "train.jsonl").open("w") as f:
+        for i, row in enumerate(rows):  # the dataset holds out by prompt: make them distinct
+            f.write(json_module.dumps({**row, "prompt": f"game {i}. {row['prompt']}"}) + "\n")
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "data"))
+    cfg = resolve_config(
+        {
+            "task": "dataset",
+            "task_options": {"data": str(tmp_path / "train.jsonl"), "dev_size": 1, "eval_size": 1},
+            "environment": "rlvr.envs.alfworld:AlfworldEnvironment",
+            "environment_options": {"max_steps": 4},
+            "episode": {"max_turns": 5, "max_tool_calls": 4, "max_turn_tokens": 24},
+            "reward_funcs": ["rlvr.envs.alfworld:won_minus_invalid"],
+            "recipe": "dr_grpo",
+            "aggregation": "seq_mean_token_sum",
+            "model": local_policy_dir(tmp_path, max_position_embeddings=1024),
+            "max_new_tokens": 300,
+            "steps": 1,
+            "prompts_per_step": 1,
+            "group_size": 2,
+            "eval_every": 1,
+            "eval_size": 1,
+            "progress": False,
+            "out": str(tmp_path / "run"),
+        }
+    )
+    assert run_training(cfg)["steps"] == 1
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    step = next(m for m in map(json_module.loads, lines) if "env/turn_reward" in m)
+    # The reward replayed from each trajectory's text is what the live games paid turn by
+    # turn (both are means over the same 2 episodes of sums of 1.0 and −0.1 terms: equal up
+    # to float64 rounding of a few additions, ~1e-15).
+    assert step["reward/fn/won_minus_invalid"] == pytest.approx(step["env/turn_reward"], abs=1e-9)
+    assert step["env/turn_reward"] < 0  # a random policy's commands are invalid: −0.1 each
