@@ -48,7 +48,18 @@ URI = r"rlvr://\S+?/(?:state|sampler)\b"
 FIDELITY = 1e-4
 
 
-def test_09_vision_grpo_train(tmp_path):
+@pytest.fixture
+def one_thread():
+    """One torch thread in this process (the server's and the warm start's forwards), as
+    under xdist (tests/conftest.py): the script's process needs the other core, and two
+    threads each on two shared cores made the warm start 15× slower (measured)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_09_vision_grpo_train(tmp_path, one_thread):
     warm = warm_qwen2_vl(
         build_qwen2_vl(tmp_path / "raw"), tmp_path / "warm", tmp_path / "warm-service"
     )
@@ -72,6 +83,7 @@ def test_09_vision_grpo_train(tmp_path):
         assert lab_snapshot() == before, "the script changed files in the lab's folder"
         assert rc == 0, out[-4000:]
         print(f"09-vision-grpo: {seconds:.1f} s")
+        print("\n".join(re.findall(r"Step \d+/2 \|.*", out)))
         rewards = numbers(r"Step \d+/2 \| reward=(\S+) \|", out)
         assert len(rewards) == 2 and any(0 < r < 1 for r in rewards), out[-3000:]
         assert re.search(r"loss_mean=-?\d", out), out[-3000:]  # not n/a on some step
