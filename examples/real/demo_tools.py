@@ -24,6 +24,7 @@ import argparse
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,9 @@ import yaml
 
 from rlvr.eval.paired import PairedItems, format_paired, paired_items, read_items
 from rlvr.eval.significance import paired_bootstrap, sign_test
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+from examples.real.tool_rewards import stated_answer
 
 CONFIG = Path(__file__).resolve().parent / "tools_smollm2.yaml"
 
@@ -48,25 +52,37 @@ def eval_args(run: Path, model: str | None, data: str, k: int, items: Path) -> l
             "--items", str(items)]  # fmt: skip
 
 
-def tool_call_rates(path: Path) -> dict[str, float]:
-    """Each question's share of episodes with a tool call, by uid."""
+def called(record: dict, sample: dict) -> float:
+    """1 when the episode called the calculator (at most once: `max_tool_calls: 1`)."""
+    return float(sample["tool_calls"] > 0)
+
+
+def stated(record: dict, sample: dict) -> float:
+    """1 when the model's own final turn states the answer (`tool_rewards.stated_answer`)."""
+    return stated_answer([record["prompt"]], [sample["text"]], [record["answer"]])[0]
+
+
+def per_item(path: Path, value: Callable[[dict, dict], float]) -> dict[str, float]:
+    """Each question's mean of `value` over its episodes, by uid."""
     items = read_items(path)
     return {
-        uid: float(np.mean([s["tool_calls"] > 0 for s in record["samples"]]))
+        uid: float(np.mean([value(record, s) for s in record["samples"]]))
         for uid, record in items.records.items()
     }
 
 
-def paired_rates(after: Path, before: Path) -> PairedItems:
-    """The tool-call rate compared item by item, as `paired_items` compares accuracy."""
-    accuracy = paired_items(after, before)  # checks the two files hold the same items
-    a, b = tool_call_rates(after), tool_call_rates(before)
+def paired_values(
+    after: Path, before: Path, value: Callable[[dict, dict], float], name: str
+) -> PairedItems:
+    """`value` compared item by item, as `paired_items` compares the verifier's accuracy."""
+    checked = paired_items(after, before)  # the two files hold the same items, the same k
+    a, b = per_item(after, value), per_item(before, value)
     uids = sorted(a)
     x, y = np.array([a[u] for u in uids]), np.array([b[u] for u in uids])  # (items,)
     interval = paired_bootstrap(x[None], y[None])
     test = sign_test(x[None], y[None])
     return PairedItems(
-        items=len(uids), k=accuracy.k, task=accuracy.task, score="tool-call rate",
+        items=len(uids), k=checked.k, task=checked.task, score=name,
         mean_a=float(x.mean()), mean_b=float(y.mean()), diff=interval.mean,
         diff_ci_low=interval.low, diff_ci_high=interval.high,
         wins=test.wins, losses=test.losses, ties=test.ties, p_value=test.p_value,
@@ -97,10 +113,12 @@ def main() -> int:
     before, after = out / "items_before.jsonl", out / "items_after.jsonl"
     rlvr(*eval_args(out, cfg["model"], data, args.k, before))
     rlvr(*eval_args(out, None, data, args.k, after))
-    accuracy, calls = paired_items(after, before), paired_rates(after, before)
+    episode = paired_items(after, before)  # the verifier's: the episode's last number
+    calls = paired_values(after, before, called, "tool-call rate")
+    accuracy = paired_values(after, before, stated, "answer stated in the final turn")
     minutes, seconds = divmod(round(time.perf_counter() - started), 60)
-    print(format_paired(accuracy, str(after), str(before)))
-    print(format_paired(calls, str(after), str(before)))
+    for result in (episode, calls, accuracy):
+        print(format_paired(result, str(after), str(before)))
     print(summary("tool-call rate", calls))
     print(summary("accuracy", accuracy) + f" in {minutes} min {seconds:02d} s")
     return 0

@@ -1,8 +1,8 @@
 """The shipped agentic real-model example (examples/real/tools_*, `make demo-real-tools`):
 its config loads with the calculator attached, the system prompt's example call runs
 through that calculator as written, its data are what the generator writes, well formed
-and split disjointly, the demo's tool-call rate is read and compared item by item, and
-the Makefile target runs it. With the model's wheel installed, SmolLM2's own template is
+and split disjointly, the reward reads the model's own final turn, the demo compares
+tool calls and stated answers item by item, and the Makefile target runs it. With the model's wheel installed, SmolLM2's own template is
 shown to drop `tools=` (the warning's text), the example's prompt to render its worked
 exchange as ChatML turns, and one GRPO step of the config runs on SmolLM2-135M."""
 
@@ -59,6 +59,7 @@ def test_the_config_loads_and_validates(at_root):
     assert cfg.build_recipe().kl_coef == 0.0  # no π_ref forward on a CPU
     assert cfg.task_options["verifier"] == "last_number"
     assert (cfg.tools, cfg.tool_format) == (["rlvr.tasks.calculator:calc"], "tags")
+    assert cfg.reward_funcs == ["examples.real.tool_rewards:stated_answer"]
     assert cfg.policy["chat_template"] is True
     # at most one call: an episode's tool_calls is 0 or 1, so its mean is the call rate
     assert cfg.episode == {"max_turns": 2, "max_tool_calls": 1, "max_observation_tokens": 16}
@@ -113,40 +114,72 @@ def test_the_generator_reproduces_the_committed_data():
         assert (REAL / f"tools_{split}.jsonl").read_text() == expected, split
 
 
-def _items(path: Path, calls: dict[str, list[int]], correct: dict[str, list[bool]]) -> Path:
+def _items(path: Path, calls: dict[str, list[int]], texts: dict[str, list[str]]) -> Path:
     lines = []
     for uid, made in calls.items():
         samples = [
-            {"tool_calls": float(c), "correct": ok}
-            for c, ok in zip(made, correct[uid], strict=True)
+            {"tool_calls": float(c), "text": t} for c, t in zip(made, texts[uid], strict=True)
         ]
-        avg = sum(correct[uid]) / len(made)
-        lines.append({"uid": uid, "task": "dataset", "answer": uid, "n": len(made), "avg": avg,
-                      "samples": samples})  # fmt: skip
+        lines.append({"uid": uid, "task": "dataset", "prompt": f"What is {uid}?", "answer": "6",
+                      "n": len(made), "avg": 0.5, "samples": samples})  # fmt: skip
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
 
 
-def test_the_demo_compares_the_tool_call_rate_item_by_item(tmp_path):
-    """Hand-worked: three questions × 2 episodes. Before, calls on (1, 0), (0, 0), (1, 1):
-    rates 0.5, 0, 1, mean 0.5; after, (1, 1), (1, 0), (1, 1): 1, 0.5, 1, mean 5/6. Per
+def test_the_reward_reads_the_models_own_final_turn():
+    """Reference 6. After the last tool result the model says 6 (1), says nothing (0: the
+    result alone, which the episode's last number would take), says 5 (0), or, with no
+    tool result at all, its one turn says 6 (1); an error result then 6 counts (1)."""
+    rewards = _module("tool_rewards")
+    completions = [
+        "<calc>2*3</calc><result>6</result>\nThe answer is 6.",
+        "<calc>2*3</calc><result>6</result>",
+        "<calc>2*3</calc><result>6</result>\nThe answer is 5.",
+        "2 * 3 = 6",
+        "<calc>2x3</calc><result>error: bad</result><calc>2*3</calc><result>6</result> so 6",
+    ]
+    assert rewards.own_words(completions[0]) == "\nThe answer is 6."
+    assert rewards.own_words(completions[3]) == "2 * 3 = 6"
+    got = rewards.stated_answer(["p"] * 5, completions, ["6"] * 5)
+    assert got == [1.0, 0.0, 0.0, 1.0, 1.0]
+
+
+def test_the_demo_compares_tool_calls_and_stated_answers_item_by_item(tmp_path):
+    """Hand-worked: three questions × 2 episodes. Tool calls before (1, 0), (0, 0), (1, 1):
+    rates 0.5, 0, 1, mean 0.5; after (1, 1), (1, 0), (1, 1): 1, 0.5, 1, mean 5/6. Per
     question the gain is +0.5, +0.5, 0: Δ = 1/3, higher after on 2, 1 tie, p = 0.5 (two
-    of two wins: 2 · 0.5²)."""
+    of two wins: 2 · 0.5²). Stated answers (reference 6): before 0, 0, 1 of 2 → mean 1/6;
+    after 2, 1, 2 of 2 → mean 5/6."""
     demo = _module("demo_tools")
-    correct = {"q1": [True, False], "q2": [False, False], "q3": [True, True]}
-    before = _items(tmp_path / "b.jsonl", {"q1": [1, 0], "q2": [0, 0], "q3": [1, 1]}, correct)
-    after = _items(tmp_path / "a.jsonl", {"q1": [1, 1], "q2": [1, 0], "q3": [1, 1]}, correct)
-    assert demo.tool_call_rates(before) == {"q1": 0.5, "q2": 0.0, "q3": 1.0}
-    result = demo.paired_rates(after, before)
-    # 1e-12: three means of two samples, a few fp64 roundings of values near 1
-    assert result.mean_b == pytest.approx(0.5, abs=1e-12)
-    assert result.mean_a == pytest.approx(5 / 6, abs=1e-12)
-    assert result.diff == pytest.approx(1 / 3, abs=1e-12)
-    assert (result.wins, result.losses, result.ties, result.items, result.k) == (2, 0, 1, 3, 2)
-    assert result.p_value == pytest.approx(0.5, abs=1e-12)
+    said, silent, wrong = (
+        "<calc>2*3</calc><result>6</result> 6",
+        "<calc>2*3</calc><result>6</result>",
+        "7",
+    )
+    before = _items(
+        tmp_path / "b.jsonl",
+        {"q1": [1, 0], "q2": [0, 0], "q3": [1, 1]},
+        {"q1": [silent, wrong], "q2": [wrong, wrong], "q3": [said, silent]},
+    )
+    after = _items(
+        tmp_path / "a.jsonl",
+        {"q1": [1, 1], "q2": [1, 0], "q3": [1, 1]},
+        {"q1": [said, said], "q2": [said, wrong], "q3": [said, said]},
+    )
+    assert demo.per_item(before, demo.called) == {"q1": 0.5, "q2": 0.0, "q3": 1.0}
+    calls = demo.paired_values(after, before, demo.called, "tool-call rate")
+    # 1e-12: means of two or three values, a few fp64 roundings of numbers below 1
+    assert calls.mean_b == pytest.approx(0.5, abs=1e-12)
+    assert calls.mean_a == pytest.approx(5 / 6, abs=1e-12)
+    assert calls.diff == pytest.approx(1 / 3, abs=1e-12)
+    assert (calls.wins, calls.losses, calls.ties, calls.items, calls.k) == (2, 0, 1, 3, 2)
+    assert calls.p_value == pytest.approx(0.5, abs=1e-12)
     # every resample of the gains (0.5, 0.5, 0) has a mean in [0, 0.5]
-    assert 0 <= result.diff_ci_low <= result.diff <= result.diff_ci_high <= 0.5
-    line = demo.summary("tool-call rate", result)
+    assert 0 <= calls.diff_ci_low <= calls.diff <= calls.diff_ci_high <= 0.5
+    stated = demo.paired_values(after, before, demo.stated, "stated")
+    assert stated.mean_b == pytest.approx(1 / 6, abs=1e-12)
+    assert stated.mean_a == pytest.approx(5 / 6, abs=1e-12)
+    line = demo.summary("tool-call rate", calls)
     assert line.startswith("held-out tool-call rate 0.500 → 0.833 (Δ +0.333, 95 % paired CI [")
     assert line.endswith("3 questions × 2 episodes)")
 
