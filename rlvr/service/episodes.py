@@ -22,7 +22,7 @@ from rlvr.rollout.base import Generation
 from rlvr.rollout.base import SamplingParams as EngineParams
 from rlvr.rollout.episodes import EpisodeRecord, run_episodes
 from rlvr.service.losses import loss_spec
-from rlvr.service.types import Datum, ModelInput
+from rlvr.service.types import Datum, EncodedTextChunk, ModelInput
 
 
 @dataclass
@@ -84,7 +84,8 @@ def episode_datum(
     prompt: ModelInput, episode: SampledEpisode, advantage: float, loss_fn: str
 ) -> Datum:
     """The datum of `episode` after `prompt` for `loss_fn`: position i predicts token i + 1
-    (the shift rl_loop makes); Â on the policy's tokens, 0 on the prompt and observations."""
+    (the shift rl_loop makes); Â on the policy's tokens, 0 on the prompt and observations.
+    A prompt's image chunks stay in the datum (their `expected_tokens` count as its length)."""
     spec = loss_spec(loss_fn)
     if "advantages" not in spec.inputs:
         raise ValueError(
@@ -101,5 +102,6 @@ def episode_datum(
         "advantages": [0.0] * pad + [advantage * m for m in policy],
         "response_mask": [0] * pad + policy,
     }
-    model_input = ModelInput.from_ints(prompt.to_ints() + episode.tokens[:-1])
+    # The prompt's chunks as they are: its pictures (image chunks) stay in the datum.
+    model_input = ModelInput(chunks=[*prompt.chunks, EncodedTextChunk(episode.tokens[:-1])])
     return Datum(model_input, {k: v for k, v in inputs.items() if k in spec.inputs})

@@ -13,9 +13,12 @@ import shutil
 
 import pytest
 import torch
+from PIL import Image
 from qwen_vl_testlib import build_qwen2_vl
 from rounding_testlib import RANDOM_LOGIT_SCALE, forward_terms, reorder_atol
 
+from rlvr.envs.base import Environment, Reply
+from rlvr.envs.budgets import EpisodeBudgets
 from rlvr.models import response_logprobs
 from rlvr.models.hf_policy import add_lora, lora_layers
 from rlvr.models.load import load_pretrained
@@ -182,8 +185,6 @@ def test_another_vision_language_architecture_is_refused_by_name(qwen, tmp_path)
 
 
 def test_the_service_counts_a_pictures_tokens_with_the_models_image_processor(qwen, tmp_path):
-    from PIL import Image
-
     from rlvr.service import Datum, ModelInput, ServiceClient
     from rlvr.service.types import EncodedTextChunk, ImageChunk
 
@@ -209,3 +210,40 @@ def test_the_service_counts_a_pictures_tokens_with_the_models_image_processor(qw
     pad = client.get_tokenizer().image_token_id  # in a Qwen-VL's vocabulary, unlike the tiny VLM's
     with pytest.raises(ValueError, match=rf"token 1 of a text chunk is {pad}, qwen2_vl's image"):
         client.compute_logprobs(ModelInput.from_ints([50, pad, 60]))
+
+
+class Vowel(Environment):
+    """Hears each turn that ends at a vowel (a random model's tokens often hold one) and
+    answers "7": an observation the policy never sampled."""
+
+    stop = ("a", "e", "i", "o")
+
+    def step(self, turn: str) -> Reply:
+        return Reply(observation="7")
+
+
+def test_episodes_from_an_image_prompt_train_through_their_picture(qwen, tmp_path):
+    from rlvr.service import ModelInput, SamplingParams, ServiceClient, episode_datum
+    from rlvr.service.types import EncodedTextChunk, ImageChunk
+
+    directory, policy, _ = qwen
+    trainer = ServiceClient(root=tmp_path).create_training_client(str(directory))
+    sampler = trainer.save_weights_and_get_sampling_client("episodes")
+    picture = Image.fromarray((pictures(3)[0][0] * 255).byte().permute(1, 2, 0).numpy())
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    chunks = [EncodedTextChunk([50, 60]), ImageChunk(buffer.getvalue(), "png", 16)]
+    prompt = ModelInput(chunks=[*chunks, EncodedTextChunk([70])])
+    params = SamplingParams(max_tokens=12, seed=1)
+    budgets = EpisodeBudgets(max_turns=3)
+    episodes = sampler.sample_episodes(prompt, 4, params, Vowel, budgets).result().episodes
+    assert sum(sum(e.observation_mask) for e in episodes) > 0  # some turn was heard
+    datums = [episode_datum(prompt, e, 1.0, "importance_sampling") for e in episodes]
+    assert all(d.model_input.images for d in datums)  # the picture stays in the datum
+    out = trainer.forward(datums, "importance_sampling").result()
+    atol = qwen_logprob_atol(policy, prompt.length + 12)
+    for episode, result in zip(episodes, out.loss_fn_outputs, strict=True):
+        scored = result["logprobs"].tolist()[prompt.length - 1 :]
+        for taken, mine, own in zip(episode.policy_mask, episode.logprobs, scored, strict=True):
+            if taken:  # the trainer's log-prob of the sampler's token: ratio 1 within atol
+                assert abs(mine - own) <= atol
