@@ -6,6 +6,8 @@ pixels ride on the ids, they travel wherever a row's prompt travels (the sampler
 `Rollout` record, π_old, π_ref, the trainer's micro-batches) with no new argument; a
 forward turns them into model inputs with `image_inputs`. `TinyVLM` is a LLaVA-style model
 (arXiv:2304.08485): a small ViT, an MLP projector and the embedded Qwen2 language model.
+`rlvr.vision.qwen_vl` loads a Hugging Face Qwen2-VL by path, with its multimodal rotary
+positions.
 """
 
 from rlvr.vision.model import TinyVLM, TinyVLMConfig, VisionSettings

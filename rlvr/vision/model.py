@@ -8,7 +8,7 @@ scale, built from a config, offline.
 The ViT (Dosovitskiy et al., arXiv:2010.11929) cuts the image into non-overlapping
 patches, embeds each linearly (a stride-p convolution), adds learned positions and runs
 pre-norm transformer layers. Image tokens take ordinary 1-D positions (LLaVA's choice;
-Qwen-VL's multimodal rotary positions are not supported). The language side is the
+a Qwen2-VL by path has its own: `rlvr.vision.qwen_vl`). The language side is the
 embedded Qwen2 (`rlvr.models.tiny`): its config is passed in, built by the caller.
 
 rlvr runs any policy through `base_model(input_ids, attention_mask, position_ids, ...)`
