@@ -247,3 +247,30 @@ def test_episodes_from_an_image_prompt_train_through_their_picture(qwen, tmp_pat
         for taken, mine, own in zip(episode.policy_mask, episode.logprobs, scored, strict=True):
             if taken:  # the trainer's log-prob of the sampler's token: ratio 1 within atol
                 assert abs(mine - own) <= atol
+
+
+def test_the_picture_placeholders_embedding_gets_no_gradient_and_the_vision_tower_does(qwen):
+    directory, _, tokenizer = qwen
+    policy, _, _ = load_pretrained(str(directory))  # a full fine-tune: everything trains
+    logprobs = response_logprobs(
+        policy, prompts(tokenizer, pictures(4)), torch.tensor(RESPONSES), torch.ones(2, 4), 0
+    )
+    logprobs.sum().backward()
+    embeddings = policy.get_input_embeddings().weight.grad
+    assert embeddings[policy.config.image_token_id].abs().sum() == 0  # context, never read
+    assert embeddings[RESPONSES[0][0]].abs().sum() > 0  # a text token that is read
+    vision = [p.grad for n, p in policy.named_parameters() if n.startswith("model.visual.")]
+    assert all(g is not None for g in vision) and any(g.abs().sum() > 0 for g in vision)
+
+
+def test_rlvr_eval_with_k_on_a_qwen2_vl_directory(qwen, capsys):
+    from rlvr.cli import main
+
+    directory, _, _ = qwen
+    args = ["eval", "--model", str(directory), "--task", "shapes", "--size", "3", "--k", "2"]
+    code = main([*args, "--max-new-tokens", "3", "--set", "policy.chat_template=true", "--json"])
+    assert code == 0
+    out = capsys.readouterr().out
+    metrics = json.loads(out[out.index("{") :])
+    assert metrics["eval/items"] == 3 and metrics["eval/k"] == 2
+    assert 1 <= metrics["eval/mean_tokens"] <= 3 and 0 <= metrics["eval/pass@2"] <= 1
