@@ -1,6 +1,6 @@
-"""Hugging Face Qwen2-VL models by path (issue 46): the model's own vision tower, merger
-and language model, with Qwen-VL's multimodal rotary positions (M-RoPE, Wang et al.,
-arXiv:2409.12191 §2.1):
+"""Hugging Face Qwen2-VL and Qwen2.5-VL models by path (issue 46): the model's own vision
+tower, merger and language model, with Qwen-VL's multimodal rotary positions (M-RoPE,
+Wang et al., arXiv:2409.12191 §2.1):
 
     text token at 1-D index p after images k < K:  (t, h, w) = p + Σ_{k<K} δ_k
     image K's token at grid cell (i, j):           (t, h, w) = (s, s + i, s + j)
@@ -30,8 +30,13 @@ from torch import nn
 
 from rlvr.vision.prompts import IMAGE_MARKER, ImagePrompt
 
-SUPPORTED = ("qwen2_vl",)
-"""model_type of the vision-language models whose positions rlvr reproduces."""
+MODEL_CLASSES = {
+    "qwen2_vl": "Qwen2VLForConditionalGeneration",
+    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+}
+"""model_type → transformers class of the vision-language models whose positions rlvr
+reproduces (the same M-RoPE rule for images; Qwen2.5-VL's differs for videos only)."""
+SUPPORTED = tuple(MODEL_CLASSES)
 PROCESSOR_FILE = "preprocessor_config.json"
 IMAGE_PAD, VISION_START, VISION_END = "<|image_pad|>", "<|vision_start|>", "<|vision_end|>"
 ROPE_DELTAS = "rlvr_mrope_deltas"
@@ -199,10 +204,12 @@ class QwenVLPolicy(nn.Module):
     def from_pretrained(
         cls, directory: str | Path, torch_dtype: torch.dtype | None = None, **_: Any
     ) -> QwenVLPolicy:
-        from transformers import Qwen2VLForConditionalGeneration
+        import transformers
 
+        model_type = json.loads((Path(directory) / "config.json").read_text())["model_type"]
+        model_class = getattr(transformers, MODEL_CLASSES[model_type])
         kwargs = {} if torch_dtype is None else {"dtype": torch_dtype}
-        hf_model = Qwen2VLForConditionalGeneration.from_pretrained(str(directory), **kwargs)
+        hf_model = model_class.from_pretrained(str(directory), **kwargs)
         processor = json.loads((Path(directory) / PROCESSOR_FILE).read_text())
         return cls(hf_model, processor)
 

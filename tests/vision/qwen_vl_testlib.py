@@ -132,16 +132,39 @@ def build_tokenizer(texts: list[str]):
     return tokenizer
 
 
-def build_qwen2_vl(directory: Path, seed: int = 0, texts: tuple[str, ...] = ()) -> Path:
-    """Save the tiny Qwen2-VL (model, tokenizer, image processor) into `directory`."""
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+VISION_CONFIGS = {
+    "qwen2_vl": {"depth": 1, "embed_dim": 32, "hidden_size": 64, "num_heads": 2, "mlp_ratio": 2},
+    # Qwen2.5-VL's tower: windowed attention in block 0 (a 16-pixel window: 2×2 merged
+    # cells), full attention in block 1, a SwiGLU MLP, the merger out to the text width
+    "qwen2_5_vl": {
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "out_hidden_size": 64,
+        "window_size": 16,
+        "fullatt_block_indexes": [1],
+    },
+}
+
+
+def build_qwen2_vl(
+    directory: Path, seed: int = 0, texts: tuple[str, ...] = (), model_type: str = "qwen2_vl"
+) -> Path:
+    """Save the tiny Qwen2-VL, or Qwen2.5-VL (model, tokenizer, image processor) into
+    `directory`."""
+    import transformers
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
         Qwen2VLImageProcessorPil,
     )
 
+    names = {"qwen2_vl": "Qwen2VL", "qwen2_5_vl": "Qwen2_5_VL"}[model_type]
+    config_class = getattr(transformers, f"{names}Config")
+    model_class = getattr(transformers, f"{names}ForConditionalGeneration")
+
     tokenizer = build_tokenizer(list(texts))
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL}
-    config = Qwen2VLConfig(
+    config = config_class(
         text_config={
             "vocab_size": len(tokenizer),
             "hidden_size": 64,
@@ -160,11 +183,7 @@ def build_qwen2_vl(directory: Path, seed: int = 0, texts: tuple[str, ...] = ()) 
             "bos_token_id": None,
         },
         vision_config={
-            "depth": 1,
-            "embed_dim": 32,
-            "hidden_size": 64,
-            "num_heads": 2,
-            "mlp_ratio": 2,
+            **VISION_CONFIGS[model_type],
             "patch_size": 4,
             "spatial_merge_size": 2,
             "temporal_patch_size": 2,
@@ -180,7 +199,7 @@ def build_qwen2_vl(directory: Path, seed: int = 0, texts: tuple[str, ...] = ()) 
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2VLForConditionalGeneration(config)
+        model = model_class(config)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     Qwen2VLImageProcessorPil(

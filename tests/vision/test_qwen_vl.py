@@ -65,12 +65,16 @@ def qwen_logprob_atol(policy, positions: int) -> float:
     """Two float32 forwards that add in other orders: n·ε·M (rounding_testlib.py) with n the
     language model's chain (`forward_terms`) plus the vision tower's in front of it: the
     patch embedding (C·t·p² terms), per block q/k/v and output projections (embed each),
-    softmax and weighted sum over at most P patches, the MLP (embed, mlp_ratio·embed),
-    then the merger (embed·merge², hidden). M: a random tiny model's logit scale."""
+    softmax and weighted sum over at most P patches, the MLP (embed, its inner width),
+    then the merger (embed·merge², its output width). M: a random tiny model's logit
+    scale."""
     v = policy.config.vision_config
     patches = 8 * 12
-    block = 4 * v.embed_dim + 2 * patches + v.embed_dim + v.mlp_ratio * v.embed_dim
-    merger = v.embed_dim * v.spatial_merge_size**2 + v.hidden_size
+    embed = getattr(v, "embed_dim", v.hidden_size)  # Qwen2.5-VL names it hidden_size
+    inner = getattr(v, "intermediate_size", None) or v.mlp_ratio * embed
+    out = getattr(v, "out_hidden_size", v.hidden_size)
+    block = 4 * embed + 2 * patches + embed + inner
+    merger = embed * v.spatial_merge_size**2 + out
     vision = v.in_channels * v.temporal_patch_size * v.patch_size**2 + v.depth * block + merger
     terms = forward_terms(policy.config.text_config, positions) + int(vision)
     return reorder_atol(terms, RANDOM_LOGIT_SCALE)
@@ -95,6 +99,22 @@ RESPONSES = [[40, 41, 42, 43], [50, 51, 52, 53]]
 
 def test_rlvr_forwards_reproduce_the_models_own_multimodal_positions(qwen):
     _, policy, tokenizer = qwen
+    assert_own_positions(policy, tokenizer)
+
+
+def test_a_qwen2_5_vl_loads_too_with_the_same_positions_and_language_side_lora(tmp_path):
+    directory = build_qwen2_vl(tmp_path / "model", model_type="qwen2_5_vl")
+    policy, tokenizer, _ = load_pretrained(str(directory))
+    sharpen(policy)
+    assert_own_positions(policy.eval(), tokenizer)
+    model = add_lora(policy, PolicyOptions(lora=LoraOptions(rank=2, alpha=4)))
+    adapted = [n for n, m in model.named_modules() if m in set(lora_layers(model))]
+    assert adapted and all(n.startswith("model.language_model.") for n in adapted)
+
+
+def assert_own_positions(policy, tokenizer) -> None:
+    """The trainer's forward and the sampler's prefill + decode equal the model's own
+    forward within the derived bound; rlvr's 1-D text rule would not."""
     rows = prompts(tokenizer, pictures(0))
     assert rows[0].spans[0][1] - rows[0].spans[0][0] == 16  # 32×32: 64 patches / 2²
     assert rows[1].spans[0][1] - rows[1].spans[0][0] == 24  # 32×48: 96 patches / 2²
@@ -108,12 +128,13 @@ def test_rlvr_forwards_reproduce_the_models_own_multimodal_positions(qwen):
     sampler = HFEngine(policy, tokenizer).score_ids(rows, RESPONSES)
     torch.testing.assert_close(torch.stack(sampler), expected, atol=atol, rtol=0)
     # 1-D positions (rlvr's text rule) would be another model: the check can fail.
-    text_rule = policy.base_model.model(
-        input_ids=torch.tensor([[*rows[1], *RESPONSES[1]]]),
-        pixel_values=rows[1].pixel_values,
-        image_grid_thw=rows[1].image_grid_thw,
-        position_ids=torch.arange(len(rows[1]) + 4)[None],
-    ).last_hidden_state
+    with torch.no_grad():
+        text_rule = policy.base_model.model(
+            input_ids=torch.tensor([[*rows[1], *RESPONSES[1]]]),
+            pixel_values=rows[1].pixel_values,
+            image_grid_thw=rows[1].image_grid_thw,
+            position_ids=torch.arange(len(rows[1]) + 4)[None],
+        ).last_hidden_state
     logits = policy.lm_head(text_rule)[0, len(rows[1]) - 1 : -1].log_softmax(-1)
     wrong = logits.gather(-1, torch.tensor(RESPONSES[1])[:, None])[:, 0]
     assert (wrong - expected[1]).abs().max() > 10 * atol
