@@ -1,0 +1,102 @@
+"""Segments from saved states through the sampling client (rlvr/service/segments): a
+segment resumes the saved ids and an environment rebuilt after the saved actions, pauses
+after its turns with the game going on, or ends with it; its end is the next start."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlvr.envs.base import Environment, Reply
+from rlvr.envs.budgets import EpisodeBudgets
+from rlvr.service import SamplingParams, tokens_of
+from rlvr.service.segments import SavedState, sample_segments
+
+PROMPT = "Q: 37+85=? A:"
+# Turns cut at 3 tokens, so every turn is heard (the embedded model's answers run longer).
+BUDGETS = EpisodeBudgets(max_turn_tokens=3)
+PARAMS = SamplingParams(max_tokens=40, seed=5)
+
+
+class Counter(Environment):
+    """A game of `length` turns; it starts after `actions` (one turn each) and answers '7'."""
+
+    def __init__(self, actions: tuple[str, ...], length: int) -> None:
+        self.played = len(actions)
+        self.length = length
+
+    def step(self, turn: str) -> Reply:
+        self.played += 1
+        done = self.played >= self.length
+        return Reply(observation="7", done=done, reward=float(done), call=f"t{self.played}")
+
+
+@pytest.fixture(scope="module")
+def sampler(service):
+    return service.create_training_client(
+        "embedded:arithmetic"
+    ).save_weights_and_get_sampling_client()
+
+
+@pytest.fixture(scope="module")
+def start(sampler):
+    return SavedState(tuple(tokens_of(sampler.get_tokenizer(), PROMPT).to_ints()))
+
+
+def test_a_segment_pauses_after_its_turns_and_its_end_resumes(sampler, start):
+    heard = []
+
+    def environment(actions):
+        heard.append(actions)
+        return Counter(actions, length=5)
+
+    segments = sample_segments(sampler, start, 3, PARAMS, environment, 2, BUDGETS)
+    assert heard == [(), (), ()]
+    for seg in segments:
+        assert seg.paused and seg.episode.record.turns == 2
+        assert seg.actions == ("t1", "t2")
+        end = seg.end()
+        assert end.tokens == start.tokens + tuple(seg.episode.tokens)
+        assert end.actions == ("t1", "t2")
+    # The next segment starts from the end: the environment is rebuilt after its actions;
+    # a game of 3 turns ends at the segment's first answer, so it does not pause.
+    end = segments[0].end()
+    heard.clear()
+    more = sample_segments(
+        sampler, end, 2, PARAMS, lambda a: environment(a[:2]) and Counter(a, 3), 4, BUDGETS
+    )
+    assert heard == [("t1", "t2")] * 2
+    for seg in more:
+        assert not seg.paused and seg.episode.record.ended_by == "env"
+        assert seg.actions == ("t3",)
+        assert seg.end().actions == ("t1", "t2", "t3")
+
+
+def test_the_datum_trains_only_the_segments_policy_tokens(sampler, start):
+    seg = sample_segments(sampler, start, 1, PARAMS, lambda a: Counter(a, 9), 2, BUDGETS)[0]
+    before = seg.start.tokens
+    datum = seg.datum(0.5, "importance_sampling")
+    advantages = list(datum.loss_fn_inputs["advantages"])
+    n_context = len(before) - 1  # position i predicts token i + 1
+    assert advantages[:n_context] == [0.0] * n_context
+    policy = seg.episode.policy_mask
+    assert advantages[n_context:] == [0.5 * m for m in policy]
+    assert 0 in policy and 1 in policy  # observations are left out, turns are in
+
+
+def test_an_environment_that_fails_to_start_costs_its_segment_only(sampler, start):
+    made = []
+
+    def flaky(actions):
+        made.append(None)
+        if len(made) == 2:
+            raise RuntimeError("no room")
+        return Counter(actions, 9)
+
+    segments = sample_segments(sampler, start, 3, PARAMS, flaky, 2, BUDGETS)
+    assert [s.paused for s in segments] == [True, False, True]
+    assert segments[1].episode.record.ended_by == "env_failed"
+
+
+def test_turns_must_be_a_positive_integer(sampler, start):
+    with pytest.raises(ValueError, match="turns=0 must be an integer >= 1"):
+        sample_segments(sampler, start, 1, PARAMS, lambda a: Counter(a, 9), 0)
