@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,18 +121,38 @@ def game_path(root: str | os.PathLike[str] | None, game_id: str) -> Path:
     return path
 
 
-def _engine(game_file: Path) -> Any:
-    """TextWorld's PDDL engine on one game, with ALFWorld's demangled names."""
+_LIBRARIES: list[Any] = []
+"""Copies of Fast Downward's library whose world was collected, for the next world."""
+
+
+def _engine(game_file: Path) -> tuple[Any, Any]:
+    """TextWorld's PDDL engine on one game, with ALFWorld's demangled names, and the copy
+    of Fast Downward's library it plays on.
+
+    TextWorld's `PddlEnv` loads a private copy of the library for every engine (the
+    library keeps its planning task in globals) and never unloads it: +1 MB resident and
+    5 mappings a game, for good (measured), and unloading it (`close_lib`) crashes the
+    interpreter at exit. So the engine here takes a copy that a collected world left, if
+    any: a process holds as many copies as it ever had worlds alive at once, and one more
+    (TatSu's parse memo keeps the last world alive until the next parse)."""
     try:
+        import fast_downward
         import textworld
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
         from textworld.envs import PddlEnv
     except ImportError as error:
         raise ImportError(MISSING.format(name=error.name)) from error
+
+    class PooledPddlEnv(PddlEnv):
+        def __init__(self, infos: Any, library: Any) -> None:
+            textworld.Environment.__init__(self, infos)  # PddlEnv's own, but the library
+            self.downward_lib = library
+
+    library = _LIBRARIES.pop() if _LIBRARIES else fast_downward.load_lib()
     infos = textworld.EnvInfos(admissible_commands=True, won=True)
-    engine = AlfredDemangler(PddlEnv(infos), shuffle=False)
+    engine = AlfredDemangler(PooledPddlEnv(infos, library), shuffle=False)
     engine.load(str(game_file))
-    return engine
+    return engine, library
 
 
 @dataclass(frozen=True)
@@ -145,8 +166,10 @@ class AlfworldWorld:
 
     def __init__(self, game_file: str | os.PathLike[str]) -> None:
         self.game_file = Path(game_file)
-        self.engine = _engine(self.game_file)
-        self._game_state = self.engine.reset()
+        self._engine, library = _engine(self.game_file)
+        # The library goes back to the pool when the world is collected (`_engine`).
+        weakref.finalize(self, _LIBRARIES.append, library)
+        self._game_state = self._engine.reset()
         self.intro: str = self._game_state.feedback
         """ALFWorld's opening text: the room at a glance, then ``Your task is to: …``."""
         self.state = Counts()
@@ -169,7 +192,7 @@ class AlfworldWorld:
     def step(self, action: str) -> tuple[str, bool]:
         """Run one command (canonical: lower case, single spaces)."""
         valid = action in self._engine_commands()
-        self._game_state, _, _ = self.engine.step(action)
+        self._game_state, _, _ = self._engine.step(action)
         self.state = Counts(self.state.steps + 1, self.state.invalid + (not valid))
         return self._game_state.feedback, valid
 

@@ -264,6 +264,29 @@ def test_replay_of_a_prefix_reaches_the_same_state(root):
     assert again.step(WALKTHROUGH[3]) == played.step(WALKTHROUGH[3])
 
 
+@needs_alfworld
+def test_worlds_played_one_after_another_reuse_their_engine_libraries(root, monkeypatch):
+    # TextWorld loads a 34 MB copy of Fast Downward's library per engine and never unloads
+    # it; a collected world gives its copy back. TatSu's parse memo keeps the last world's
+    # frames (so the world) alive until the next parse: two copies serve any number of games
+    # played one after another.
+    import gc
+
+    import fast_downward
+
+    loads = []
+    load_lib = fast_downward.load_lib
+    monkeypatch.setattr(fast_downward, "load_lib", lambda: loads.append(1) or load_lib())
+    monkeypatch.setattr(alfworld, "_LIBRARIES", [])
+    file = game_path(root, GAME_ID)
+    for _ in range(6):
+        world = AlfworldWorld(file)
+        assert world.step(WALKTHROUGH[0]) == (ANSWERS[0], True)  # a reused copy plays anew
+        del world
+        gc.collect()
+    assert len(loads) == 2
+
+
 def episode(environment: AlfworldEnvironment, turns: list[str]) -> tuple[str, list]:
     """The episode's text after the prompt, and the replies, as rlvr's episodes make it."""
     text, replies = "", []
