@@ -18,7 +18,9 @@ Where it follows 08-alfworld rather than TextWorld: a command counts as invalid 
 not among the admissible commands of the state it was given in (TextWorld answers
 ``Nothing happens.`` and does not say); ``help``, which ALFWorld admits, is valid but not
 listed (08-alfworld's ``_available_actions``). The engine's ``max_episode_steps`` is not
-used: `max_steps` ends the episode, as in the household world.
+used: `max_steps` ends the episode, as in the household world. One thread at a time:
+TextWorld's grammar parsers are module-level (08-alfworld locks around them), and rlvr's
+episodes step their environments one after another.
 
 Needs the ``alfworld`` extra (``pip install 'rlvr[alfworld]'``: alfworld and
 textworld[pddl], which builds Fast Downward from source). The games are not shipped: point
