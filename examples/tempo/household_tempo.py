@@ -79,7 +79,9 @@ class Config:
     """Saved states kept, oldest dropped first (--state-store-capacity)."""
     eval_games: int = 16
     """Dev games played whole before and after training (one sample each)."""
-    lr: float = 1e-3
+    lr: float = 1e-4
+    """Adam's rate. 1e-3 trains the critic faster and breaks the agent, which shares its
+    LoRA (docs/21-tempo.md, Measured)."""
     lora_rank: int = 16
     seed: int = 0
     task_options: dict = field(default_factory=lambda: {"text": "compact"})
