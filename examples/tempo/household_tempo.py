@@ -121,6 +121,7 @@ class Tempo:
         return Start(game_id, SavedState(tuple(self.tokenizer.encode(text))))
 
     def segments(self, start: Start, turns: int, n: int) -> list[Segment]:
+        """`n` segments of `turns` from `start`, the world rebuilt after its actions."""
         game = game_from_id(start.game_id)
         room = self.positions - len(start.state.tokens) - 1
         params = SamplingParams(max_tokens=room, temperature=1.0)
@@ -143,6 +144,7 @@ class Tempo:
         ]
 
     def step(self, datums: list, loss_fn: str) -> None:
+        """One update on `datums` (none: no update), then a sampler of the new weights."""
         if datums:
             self.trainer.forward_backward(datums, loss_fn=loss_fn).result()
             self.trainer.optim_step(AdamParams(learning_rate=self.config.lr)).result()
@@ -150,6 +152,7 @@ class Tempo:
 
 
 def won(game_id: str, state: SavedState) -> bool:
+    """The game is won after the state's actions (replayed: the reward, 0/1, as the lab's)."""
     return replay(game_from_id(game_id), list(state.actions)).won()
 
 
