@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml tests/lab/requirements-lab.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
 	$(BIN)/pip install --quiet -e '.[test]'
+	# Real ALFWorld games for tests/envs/test_alfworld.py (docs/22-alfworld.md): textworld compiles
+	# Fast Downward and jericho from source here (gcc, g++, make; about 3 minutes on 2 cores).
+	$(BIN)/pip install --quiet -e '.[alfworld]'
 	# tinker-cookbook (the real client tests/service/test_service_cookbook_real.py runs) declares
 	# tml-renderers>=0.4.1, which the index lacks; its rl_loop imports only what .[test] has.
 	$(BIN)/pip install --quiet --no-deps tinker-cookbook==0.6.1
