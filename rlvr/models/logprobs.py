@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 from rlvr.models.fused_llama import shared_prefix_hidden, supports
 from rlvr.models.precision import full_precision
 from rlvr.vision.prompts import image_inputs
+from rlvr.vision.qwen_vl import placeholder_unsampled
 
 SHARDED_HEAD = "rlvr_sharded_head"  # the attribute an FSDP-sharded policy carries
 
@@ -73,7 +74,9 @@ def process_logits(config: object, logits: torch.Tensor) -> torch.Tensor:
     computes logits from hidden states: Cohere multiplies by `logit_scale`, Granite divides
     by `logits_scaling`, Gemma-2/3 soft-cap with `final_logit_softcapping` c:
     logits ← c·tanh(logits / c). Models with other processing are refused at load time
-    (`rlvr.models.load.check_logits_match`)."""
+    (`rlvr.models.load.check_logits_match`). A Qwen-VL model's image placeholder is
+    never written (`rlvr.vision.qwen_vl.placeholder_unsampled`)."""
+    logits = placeholder_unsampled(config, logits)
     scale = getattr(config, "logit_scale", None)
     if scale is not None:
         logits = logits * scale

@@ -71,6 +71,24 @@ def check_supported(source: str | Path, name: str) -> None:
         )
 
 
+UNSAMPLED_LOGIT = -1e9
+"""A logit whose token has probability 0 in float32 at any temperature, while p·log p
+stays 0 (−inf would make entropies NaN)."""
+
+
+def placeholder_unsampled(config: Any, logits: torch.Tensor) -> torch.Tensor:
+    """`logits` (..., V) with a vision-language model's image placeholder (`image_token_id`
+    beside a `vision_config`: Qwen2-VL, Qwen2.5-VL) at `UNSAMPLED_LOGIT`; others as given.
+    The placeholder is context that a prompt's picture fills, never a token the policy
+    writes (the tiny VLM's lies past its head): a sampled one would be a picture without
+    pixels to every later forward, which takes each placeholder for an image's."""
+    image_token = getattr(config, "image_token_id", None)
+    if image_token is None or getattr(config, "vision_config", None) is None:
+        return logits
+    index = torch.tensor([int(image_token)], device=logits.device)
+    return logits.index_fill(-1, index, UNSAMPLED_LOGIT)
+
+
 class MropeForward:
     """The policy's `base_model`: Qwen2VLModel called with M-RoPE positions made from
     rlvr's 1-D ones. Not a module (the policy's `model` holds the weights, under the
@@ -188,7 +206,9 @@ class QwenVLPolicy(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, **inputs: Any) -> SimpleNamespace:
         hidden = self.base_model(input_ids, **inputs).last_hidden_state
-        return SimpleNamespace(logits=self.lm_head(hidden).float())
+        return SimpleNamespace(
+            logits=placeholder_unsampled(self.config, self.lm_head(hidden).float())
+        )
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import shutil
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,13 +21,15 @@ from rounding_testlib import RANDOM_LOGIT_SCALE, forward_terms, reorder_atol
 
 from rlvr.envs.base import Environment, Reply
 from rlvr.envs.budgets import EpisodeBudgets
-from rlvr.models import response_logprobs
+from rlvr.models import lm_head_logits, response_logprobs
 from rlvr.models.hf_policy import add_lora, lora_layers
 from rlvr.models.load import load_pretrained
 from rlvr.models.policy_options import LoraOptions, PolicyOptions
-from rlvr.rollout.hf_engine import HFEngine
+from rlvr.rollout.base import SamplingParams
+from rlvr.rollout.hf_engine import HFEngine, sample_next
 from rlvr.rollout.kv_session import open_session
 from rlvr.vision.prompts import ImagePrompt
+from rlvr.vision.qwen_vl import UNSAMPLED_LOGIT, placeholder_unsampled
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +95,8 @@ def own_forward_logprobs(policy, prompt: ImagePrompt, response: list[int]) -> to
             image_grid_thw=prompt.image_grid_thw,
             mm_token_type_ids=(ids == policy.config.image_token_id).int(),
         ).logits[0, len(prompt) - 1 : -1]
-    return logits.float().log_softmax(-1).gather(-1, torch.tensor(response)[:, None])[:, 0]
+    logits = placeholder_unsampled(policy.config, logits.float())  # rlvr's one departure
+    return logits.log_softmax(-1).gather(-1, torch.tensor(response)[:, None])[:, 0]
 
 
 RESPONSES = [[40, 41, 42, 43], [50, 51, 52, 53]]
@@ -295,3 +300,41 @@ def test_rlvr_eval_with_k_on_a_qwen2_vl_directory(qwen, capsys):
     metrics = json.loads(out[out.index("{") :])
     assert metrics["eval/items"] == 3 and metrics["eval/k"] == 2
     assert 1 <= metrics["eval/mean_tokens"] <= 3 and 0 <= metrics["eval/pass@2"] <= 1
+
+
+def test_the_image_placeholder_is_never_sampled(qwen):
+    """A sampled <|image_pad|> would be a picture without pixels to every later forward
+    (`rlvr train --task shapes --model DIR` on the tiny random Qwen2-VL stopped at its first
+    reference forward: "578 image placeholder tokens but the pixels fill 576"). rlvr's
+    logits give it UNSAMPLED_LOGIT, in the trainer's head and the model's own forward alike."""
+    _, policy, _ = qwen
+    image = policy.config.image_token_id
+    hidden = torch.randn(2, 3, policy.config.text_config.hidden_size)
+    logits = lm_head_logits(policy, hidden, fp32_head=True)  # (2, 3, V)
+    assert (logits[..., image] == UNSAMPLED_LOGIT).all()
+    assert (logits[..., :image] != UNSAMPLED_LOGIT).all()
+    ids = torch.tensor([[40, 41, 42]])
+    with torch.no_grad():
+        assert (policy(ids).logits[..., image] == UNSAMPLED_LOGIT).all()
+
+
+def test_a_dominant_placeholder_logit_is_never_drawn_and_entropy_stays_finite():
+    # Logits (0, 0, 50, 0, 0) with the placeholder at index 2: unmasked it takes
+    # e^50 / (e^50 + 4) ≈ 1 of the mass. Masked to −1e9 its probability is
+    # exp(−1e9 − log 4) = 0 in float32 even at temperature 0.5, and the other four share
+    # it equally: each draw's log-prob is −log 4 and the entropy log 4, with 0·log 0 = 0.
+    config = SimpleNamespace(image_token_id=2, vision_config={})
+    dominant = torch.zeros(1000, 5)
+    dominant[:, 2] = 50.0
+    masked = placeholder_unsampled(config, dominant)
+    assert dominant[0, 2] == 50.0  # the input is not written to
+    params = SamplingParams(temperature=0.5)
+    tokens, logprobs = sample_next(masked, params, torch.Generator().manual_seed(0))
+    assert not (tokens == 2).any()
+    # −log 4 through log_softmax: a float32 rounding of a value of magnitude 1.4, 2 ulp
+    torch.testing.assert_close(logprobs, torch.full((1000,), -math.log(4)), atol=3e-7, rtol=0)
+    log_p = (masked / params.temperature).log_softmax(-1)
+    entropy = -(log_p.exp() * log_p).sum(-1)
+    torch.testing.assert_close(entropy, torch.full((1000,), math.log(4)), atol=3e-7, rtol=0)
+    text = SimpleNamespace(image_token_id=2)  # no vision_config: a text model's logits
+    assert placeholder_unsampled(text, dominant) is dominant
