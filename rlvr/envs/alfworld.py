@@ -277,13 +277,19 @@ def replay_text(
 
 
 def won_minus_invalid(
-    prompts: list[str], completions: list[str], reference: list[str], **_: Any
+    prompts: list[str],
+    completions: list[str],
+    reference: list[str],
+    game_file: list[str | None] | None = None,
+    **_: Any,
 ) -> list[float]:
     """08-alfworld's reward, ``won − 0.1·invalid_actions``, replayed from each trajectory's
-    text; the reference is the game id (relative ids are read under ``$ALFWORLD_DATA``)."""
+    text; the game is the row's ``game_file`` column (the alfworld task's problems carry
+    it), else the reference, the game id (relative ids are read under ``$ALFWORLD_DATA``)."""
+    files = game_file or [None] * len(reference)
     return [
-        replay_text(game_path(None, ref), text).reward
-        for text, ref in zip(completions, reference, strict=True)
+        replay_text(file or game_path(None, ref), text).reward
+        for text, ref, file in zip(completions, reference, files, strict=True)
     ]
 
 

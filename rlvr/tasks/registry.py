@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from rlvr.tasks.alfworld import AlfworldTask
 from rlvr.tasks.arithmetic import ArithmeticTask
 from rlvr.tasks.base import Task
 from rlvr.tasks.calculator import CalculatorTask
@@ -23,6 +24,7 @@ TASKS: dict[str, type[Task]] = {
     LookupTask.name: LookupTask,
     GuessNumberTask.name: GuessNumberTask,
     HouseholdTask.name: HouseholdTask,
+    AlfworldTask.name: AlfworldTask,
     WorkedArithmeticTask.name: WorkedArithmeticTask,
     ShapesTask.name: ShapesTask,
     **DATA_TASKS,

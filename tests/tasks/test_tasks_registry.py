@@ -13,6 +13,7 @@ def test_registry_contents():
         "lookup",
         "guess_number",
         "household",
+        "alfworld",
         "worked",
         "shapes",
         "dataset",
@@ -35,7 +36,7 @@ def test_make_task_passes_options():
 def test_unknown_task_lists_valid_ones():
     with pytest.raises(
         ValueError,
-        match="unknown task 'gsm9k'; valid tasks are: aime, arithmetic, calculator, countdown, dapo_math",
+        match="unknown task 'gsm9k'; valid tasks are: aime, alfworld, arithmetic, calculator, countdown, dapo_math",
     ):
         make_task("gsm9k")
 
