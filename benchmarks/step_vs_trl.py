@@ -47,9 +47,15 @@ seed on both sides; 0 = full fine-tune) and `--beta` (KL to π_ref: TRL keeps a 
 model, or disables the adapter under LoRA; rlvr a frozen copy, or the adapter-disabled view).
 The fp32 comparison only (no bf16, no floor). Each contestant's peak RSS is printed.
 
+`--service` adds the lab-facing contestant (step_vs_trl_service_side.py): the same GRPO
+step through rlvr.service's primitives, as a lab script writes it (sampler sync, `sample`
+per prompt, group-normalised advantages client-side, `forward_backward` with
+`importance_sampling`, `optim_step`); its lines are `ratio-service X.XX` (TRL-default /
+service), rlvr loop / service, and the service's phases. It needs `--beta 0`.
+
 Needs the `bench` extra (`pip install -e .[bench]`); rlvr itself never imports TRL.
 Run: python benchmarks/step_vs_trl.py [--sizes 3m,30m] [--losses grpo,dapo] [--reps 8]
-     [--in-process] [--no-floor] [--compile] [--no-bf16]
+     [--in-process] [--no-floor] [--compile] [--no-bf16] [--service]
      python benchmarks/step_vs_trl.py --model smollm2-135m --prompts 4 --tokens 24 \
        --beta 0.04 --lora 16 --losses grpo --reps 3 --warmup 1
 """
@@ -69,6 +75,7 @@ from step_vs_trl_floor import floor, report_floor
 from step_vs_trl_fp32 import FP32
 from step_vs_trl_in_process import run_setting_in_process
 from step_vs_trl_runner import child, report, run_setting
+from step_vs_trl_service import SERVICE
 from step_vs_trl_sides import RlvrSide
 from step_vs_trl_work import SIZES, Work, prompts
 
@@ -120,7 +127,12 @@ def parse_args() -> argparse.Namespace:
         default=Work.memory_budget,
         help="rlvr's memory_budget_gib (its default; 0: every row in one micro-batch)",
     )
-    names = tuple(name for c in COMPARISONS for name in c.contestants)
+    parser.add_argument(
+        "--service",
+        action="store_true",
+        help="add the GRPO step through rlvr.service's primitives (needs --beta 0)",
+    )
+    names = tuple(name for c in (*COMPARISONS, SERVICE) for name in c.contestants)
     parser.add_argument("--child", choices=names, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -133,6 +145,8 @@ def main() -> None:
             f"--prompts must be 1..8 (got {args.prompts}), --lora ≥ 0 (got {args.lora}), "
             f"--beta ≥ 0 (got {args.beta}), --memory-budget ≥ 0 (got {args.memory_budget})"
         )
+    if args.service and (args.in_process or args.beta):
+        raise SystemExit("--service runs in its own process with --beta 0 (no KL in its losses)")
     if args.model and args.in_process:
         raise SystemExit("--model runs each contestant in its own process; drop --in-process")
     if args.model:
@@ -147,6 +161,7 @@ def main() -> None:
         return
     threads = torch.get_num_threads()
     comparisons = [FP32] if args.no_bf16 or args.in_process else list(COMPARISONS)
+    comparisons += [SERVICE] if args.service else []
     where = (
         "all in one process (TRL in threads)"
         if args.in_process

@@ -17,7 +17,7 @@ from pathlib import Path
 import step_vs_trl_work as work
 import torch
 from harness import contestants
-from step_vs_trl_sides import RlvrSide, gated, make_side
+from step_vs_trl_sides import RlvrSide, TrlSide, gated, make_side
 from step_vs_trl_work import build_work, weights_digest
 
 from rlvr.models.tiny import count_parameters
@@ -87,7 +87,7 @@ def child(name: str, size: str, loss: str, tokens: int, group: int, steps: int, 
         "weights": weights_digest(model),
     }
     side = make_side(name, model, hf_tok, loss, tokens, group, steps)
-    if isinstance(side, RlvrSide):
+    if not isinstance(side, TrlSide):  # rlvr's loop or the service: a step per call
         send(ready)
         while _await_step():
             send(side.step())

@@ -233,6 +233,10 @@ class TrlSide:
 
 def make_side(name: str, model, hf_tok, loss: str, tokens: int, group: int, steps: int):
     """The contestant `name` (one of the comparisons' contestants) over `model`."""
+    if name == "service":  # imported here: the other contestants never load rlvr.service
+        from step_vs_trl_service_side import ServiceSide
+
+        return ServiceSide(model, hf_tok, loss, tokens, group)
     if name in ("rlvr", "rlvr_bf16"):
         precision = "bf16" if name == "rlvr_bf16" else "fp32"
         return RlvrSide(model, hf_tok, loss, tokens, group, precision)

@@ -1,0 +1,66 @@
+"""The service contestant of `benchmarks/step_vs_trl.py --service`
+(`benchmarks/step_vs_trl_service_side.py`): its client-side GRPO math by hand, and one
+step on the tiny model that trains (no timing is asserted)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import step_vs_trl_work as work
+from step_vs_trl_service_side import EPS, ServiceSide, group_advantages, row_scales
+from step_vs_trl_work import Work, build_work
+
+
+def test_group_advantages_by_hand():
+    # rewards 0, 1, 2: mean 1, unbiased std sqrt((1 + 0 + 1) / 2) = 1 → Â = (−1, 0, 1)/(1 + ε)
+    assert group_advantages([0.0, 1.0, 2.0]) == pytest.approx(
+        [-1 / (1 + EPS), 0.0, 1 / (1 + EPS)], rel=1e-15, abs=0
+    )  # rel 1e-15: a few float64 roundings (≈1.1e-16 each) of numbers of size 1
+    assert group_advantages([0.5, 0.5, 0.5, 0.5]) == [0.0] * 4  # no spread: exactly 0
+
+
+def test_row_scales_turn_the_token_sum_into_the_losses_means():
+    # GRPO: B = 2 rows of 4 and 2 tokens → 1/(2·4), 1/(2·2); DAPO: 1/(4 + 2) each
+    assert row_scales([4, 2], "grpo") == [1 / 8, 1 / 4]
+    assert row_scales([4, 2], "dapo") == [1 / 6, 1 / 6]
+
+
+@pytest.fixture
+def small_work():
+    """Each test sets its own `work.WORK`; the module's is restored after."""
+    saved = work.WORK
+    yield
+    work.WORK = saved
+
+
+@pytest.mark.parametrize("lora", [0, 4])
+def test_one_service_step_trains_on_exactly_the_benchmarks_work(small_work, lora):
+    work.WORK = Work(prompts=2, lora=lora)
+    torch.manual_seed(0)
+    hf_tok, model = build_work("3m")
+    side = ServiceSide(model, hf_tok, "grpo", tokens=6, group=4)
+    trained = {
+        n: p.detach().clone() for n, p in side.trainer.model.named_parameters() if p.requires_grad
+    }
+    frozen = {
+        n: p.detach().clone()
+        for n, p in side.trainer.model.named_parameters()
+        if not p.requires_grad
+    }
+    out = side.step()
+    assert out["rows"] == 2 * 4  # prompts × group
+    assert out["new_tokens"] == [6, 6]  # exactly the budget: the tokenizer's EOS is unreachable
+    params = dict(side.trainer.model.named_parameters())
+    moved = [n for n, before in trained.items() if not torch.equal(params[n], before)]
+    # Adam's first step moves every weight with a nonzero gradient by about lr; the LoRA
+    # B matrices start at 0, so their step is what moves (A gets no gradient while B = 0).
+    assert moved, "no trained weight moved"
+    assert all(torch.equal(params[n], before) for n, before in frozen.items())
+    assert (len(frozen) > 0) == bool(lora)  # LoRA: the base stays frozen
+    for phase in ("generation", "logprob", "backward", "forward_backward", "optimizer", "sync"):
+        assert out[phase] > 0, phase
+    assert side.trainer.step == 1
