@@ -77,9 +77,13 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def prompt_images(prompt: Sequence[int]) -> dict[str, Any]:
-    """`{"images": [...]}` for a prompt that carries `pixel_values` (n_images, C, H, W),
-    one `image_record` per image; `{}` for a text prompt, so its row is unchanged."""
-    pixels = getattr(prompt, "pixel_values", None)
+    """`{"images": [...]}` for a prompt that carries `pixel_values` (n_images, C, H, W)
+    or, a Qwen-VL prompt whose `pixel_values` are patches, its `pictures`; one
+    `image_record` per image; `{}` for a text prompt, so its row is unchanged, and for
+    patches without their pictures."""
+    pixels = getattr(prompt, "pictures", None)
+    if pixels is None and getattr(prompt, "image_grid_thw", None) is None:
+        pixels = getattr(prompt, "pixel_values", None)
     if pixels is None:
         return {}
     return {"images": [image_record(image) for image in pixels]}

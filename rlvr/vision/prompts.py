@@ -29,9 +29,12 @@ class ImagePrompt(list):
 
     A Qwen-VL prompt (`rlvr.vision.qwen_vl`) also has `image_grid_thw` (n_images, 3):
     its `pixel_values` are then the images' flattened patches, (Σ t·h·w, D), image i
-    owning t·h·w rows in turn, as Qwen-VL's image processor returns them."""
+    owning t·h·w rows in turn, as Qwen-VL's image processor returns them, and `pictures`
+    the pictures themselves, (C, H, W) each in [0, 1], for the completions log to draw
+    (`rlvr show`); None where only patches are known."""
 
     image_grid_thw: torch.Tensor | None = None  # also for one pickled before it existed
+    pictures: tuple[torch.Tensor, ...] | None = None
 
     def __init__(
         self,
@@ -39,15 +42,18 @@ class ImagePrompt(list):
         pixel_values: torch.Tensor,
         spans: Sequence[tuple[int, int]],
         image_grid_thw: torch.Tensor | None = None,
+        pictures: Sequence[torch.Tensor] | None = None,
     ) -> None:
         super().__init__(ids)
         self.pixel_values = pixel_values
         self.spans = [(int(a), int(b)) for a, b in spans]
         self.image_grid_thw = image_grid_thw
+        self.pictures = None if pictures is None else tuple(pictures)
         _check_images(pixel_values, self.spans, image_grid_thw)
 
     def __add__(self, other: Iterable[int]) -> ImagePrompt:
-        return ImagePrompt([*self, *other], self.pixel_values, self.spans, self.image_grid_thw)
+        grid, pictures = self.image_grid_thw, self.pictures
+        return ImagePrompt([*self, *other], self.pixel_values, self.spans, grid, pictures)
 
     def image(self, i: int) -> torch.Tensor:
         """Image i's pixel values (its rows of patches for a Qwen-VL prompt)."""

@@ -295,7 +295,7 @@ class QwenVLTokenizer:
             ids += [self.image_token_id] * n + self.encode(VISION_END + part)
             rows.append(patches)
             grids.append(grid)
-        return ImagePrompt(ids, torch.cat(rows), spans, torch.cat(grids))
+        return ImagePrompt(ids, torch.cat(rows), spans, torch.cat(grids), list(pixel_values))
 
 
 def load_qwen_vl(source: str, name: str) -> tuple[QwenVLPolicy, QwenVLImages]:

@@ -338,3 +338,20 @@ def test_a_dominant_placeholder_logit_is_never_drawn_and_entropy_stays_finite():
     torch.testing.assert_close(entropy, torch.full((1000,), math.log(4)), atol=3e-7, rtol=0)
     text = SimpleNamespace(image_token_id=2)  # no vision_config: a text model's logits
     assert placeholder_unsampled(text, dominant) is dominant
+
+
+def test_the_completions_log_draws_a_qwen_vl_prompts_picture_not_its_patches(qwen):
+    # `rlvr train --task shapes --model DIR` stopped at its first logged completions:
+    # "an image must be (channels, height, width) …, got shape (96,)", a row of patches.
+    from rlvr.runlog.completions import prompt_images
+
+    _, _, tokenizer = qwen
+    picture = pictures(0)[1]  # (1, 3, 32, 48)
+    # ImagePrompt + ids keeps the images (unpacking would make a plain list)
+    prompt = tokenizer.encode_images("<image>sides?", picture) + [40, 41]  # noqa: RUF005
+    (record,) = prompt_images(prompt)["images"]
+    assert (record["width"], record["height"]) == (48, 32)  # the picture, not 8×12 patches
+    patches_only = ImagePrompt(
+        list(prompt), prompt.pixel_values, prompt.spans, prompt.image_grid_thw
+    )
+    assert prompt_images(patches_only) == {}  # nothing drawable (a service prompt)
