@@ -9,8 +9,11 @@ tool-call rate and the accuracy.
    verifier, temperature and response budget, the same sampling seed;
 3. item by item, after − before (each question's mean over its K episodes), a 95 % paired
    bootstrap interval over the questions and the exact sign test (`rlvr.eval.paired`, as
-   `rlvr compare --items` does), for the accuracy and for the tool-call rate (the share of
-   episodes that called the calculator: one call at most, so the mean of `tool_calls`).
+   `rlvr compare --items` does), for three scores: the verifier's accuracy (the last
+   number of the episode, the tool's result included), the tool-call rate (the share of
+   episodes that called the calculator: once at most) and the accuracy of the answer the
+   model states in its final turn (`tool_rewards.stated_answer`, the training reward), the
+   one the last line calls accuracy.
 
     python examples/real/demo_tools.py [--config FILE] [--data FILE] [--k K] [--set KEY=VALUE ...]
 
