@@ -2,9 +2,10 @@
 its config loads with the calculator attached, the system prompt's example call runs
 through that calculator as written, its data are what the generator writes, well formed
 and split disjointly, the reward reads the model's own final turn, the demo compares
-tool calls and stated answers item by item, and the Makefile target runs it. With the model's wheel installed, SmolLM2's own template is
-shown to drop `tools=` (the warning's text), the example's prompt to render its worked
-exchange as ChatML turns, and one GRPO step of the config runs on SmolLM2-135M."""
+tool calls and stated answers item by item, and the Makefile target runs it. With the
+model's wheel installed, SmolLM2's own template is shown to drop `tools=` (the warning's
+text), the example's prompt to render its worked exchange as ChatML turns, and one GRPO
+step of the config runs on SmolLM2-135M."""
 
 from __future__ import annotations
 
