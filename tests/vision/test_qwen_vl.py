@@ -355,3 +355,21 @@ def test_the_completions_log_draws_a_qwen_vl_prompts_picture_not_its_patches(qwe
         list(prompt), prompt.pixel_values, prompt.spans, prompt.image_grid_thw
     )
     assert prompt_images(patches_only) == {}  # nothing drawable (a service prompt)
+
+
+def test_rlvr_train_on_shapes_with_a_qwen2_vl_directory_logs_its_pictures(qwen, tmp_path):
+    """docs/vision.md's Qwen2-VL command, shortened: one GRPO step with LoRA and the chat
+    template, its completions logged with the pictures the model saw (24×24)."""
+    from rlvr.cli import main
+
+    directory, _, _ = qwen
+    out = tmp_path / "run"
+    args = ["train", "--recipe", "grpo", "--task", "shapes", "--model", str(directory)]
+    args += ["--set", "policy.lora.rank=4", "--set", "policy.chat_template=true"]
+    args += ["--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--eval-size", "2"]
+    args += ["--set", "max_new_tokens=4", "--set", "completions_every=1", "--out", str(out)]
+    assert main([*args, "--set", "progress=false"]) == 0
+    rows = [json.loads(line) for f in (out / "completions").glob("*.jsonl") for line in f.open()]
+    assert rows and all(
+        [(i["width"], i["height"]) for i in row["images"]] == [(24, 24)] for row in rows
+    )
