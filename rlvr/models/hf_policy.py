@@ -189,14 +189,16 @@ _PEFT_PREFIX = "base_model.model."  # keys of a PeftModel's saved adapter start 
 def save_adapter(model: torch.nn.Module, directory: Path) -> None:
     """The LoRA adapter of `model` saved in peft's format (adapter_config.json,
     adapter_model.safetensors), as written in the model: loadable onto the base model with
-    `peft.PeftModel.from_pretrained`."""
+    `peft.PeftModel.from_pretrained`. Adapters only: rlvr never adapts the embeddings or
+    the LM head, which peft's "auto" would copy in whole (with a warning) wherever the
+    resolved "all-linear" names hold `lm_head`, as a Qwen2-VL's do."""
     from peft.utils import get_peft_model_state_dict
     from safetensors.torch import save_file
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     model.peft_config[ADAPTER].save_pretrained(directory)
-    state = get_peft_model_state_dict(model, adapter_name=ADAPTER)
+    state = get_peft_model_state_dict(model, adapter_name=ADAPTER, save_embedding_layers=False)
     tensors = {_PEFT_PREFIX + k: v.detach().contiguous().cpu() for k, v in state.items()}
     save_file(tensors, directory / "adapter_model.safetensors")
 
@@ -209,7 +211,7 @@ def load_adapter(model: torch.nn.Module, directory: Path) -> None:
 
     saved = load_file(Path(directory) / "adapter_model.safetensors")
     state = {k.removeprefix(_PEFT_PREFIX): v for k, v in saved.items()}
-    wanted = get_peft_model_state_dict(model, adapter_name=ADAPTER)
+    wanted = get_peft_model_state_dict(model, adapter_name=ADAPTER, save_embedding_layers=False)
     differ = sorted(
         k
         for k in set(state) | set(wanted)

@@ -11,6 +11,7 @@ import io
 import json
 import math
 import shutil
+import warnings
 from types import SimpleNamespace
 
 import pytest
@@ -22,7 +23,7 @@ from rounding_testlib import RANDOM_LOGIT_SCALE, forward_terms, reorder_atol
 from rlvr.envs.base import Environment, Reply
 from rlvr.envs.budgets import EpisodeBudgets
 from rlvr.models import lm_head_logits, response_logprobs
-from rlvr.models.hf_policy import add_lora, lora_layers
+from rlvr.models.hf_policy import add_lora, load_adapter, lora_layers, save_adapter
 from rlvr.models.load import load_pretrained
 from rlvr.models.policy_options import LoraOptions, PolicyOptions
 from rlvr.rollout.base import SamplingParams
@@ -182,6 +183,22 @@ def test_lora_adapts_the_language_side_only_and_learns_through_the_picture(qwen)
     logprobs.sum().backward()
     grads = [p.grad for n, p in model.named_parameters() if p.requires_grad]
     assert all(g is not None for g in grads) and any(g.abs().sum() > 0 for g in grads)
+
+
+def test_a_qwen2_vl_adapter_saves_adapters_only_without_peft_warning(qwen, tmp_path):
+    # peft's "auto" copied the embeddings and LM head into every save, warning "Setting
+    # `save_embedding_layers` to `True` …" (the resolved all-linear names hold lm_head).
+    from safetensors.torch import load_file
+
+    directory, _, _ = qwen
+    policy, _, _ = load_pretrained(str(directory))
+    model = add_lora(policy, PolicyOptions(lora=LoraOptions(rank=2, alpha=4)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        save_adapter(model, tmp_path / "adapter")
+    saved = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
+    assert saved and all(".lora_" in k for k in saved)
+    load_adapter(model, tmp_path / "adapter")  # reads back its own save
 
 
 def test_a_saved_policy_reloads_with_its_weights_and_image_processor(qwen, tmp_path):
