@@ -30,6 +30,7 @@ from rlvr.models.hf_policy import chat_prompt
 from rlvr.models.policy_options import PolicyOptions
 from rlvr.tasks.base import Problem
 from rlvr.tasks.dataset_task import render_template
+from rlvr.vision import ImagePrompt
 
 if TYPE_CHECKING:  # the config imports this module while rlvr.train is still loading
     from rlvr.train.records.rollout_record import Rollout
@@ -271,7 +272,7 @@ class Teacher:
     def prompt_ids(self, rollout: Rollout) -> list[list[int]]:
         """The teacher's prompt ids of every row: its template's, else the student's own."""
         if self.spec.prompt_template is None:
-            return rollout.prompt_ids
+            return rollout.prompt_ids  # an ImagePrompt keeps its pictures: the teacher sees them
         for uid in set(rollout.problem_uids) - set(self._prompt_ids):
             self._prompt_ids[uid] = self.tokenizer.encode(self.prompt_text(self.problems[uid]))
         return [self._prompt_ids[uid] for uid in rollout.problem_uids]
@@ -281,6 +282,13 @@ class Teacher:
     ) -> torch.Tensor:
         """log π_T (B, T) of the rollout's exact response ids after the teacher's prompt
         ids; `forward(model, rollout)` is the trainer's no-gradient log-prob pass."""
+        pictures = any(isinstance(p, ImagePrompt) for p in rollout.prompt_ids)
+        if pictures and self.spec.prompt_template is not None:
+            raise ValueError(
+                f"teacher.prompt_template={self.spec.prompt_template!r} rebuilds the teacher's "
+                "prompt from text, which would drop the prompts' pictures; a teacher on a task "
+                "that shows images reads the student's own prompt (leave out prompt_template)"
+            )
         prompts = self.prompt_ids(rollout)
         self._check_context(prompts, rollout.response_ids.shape[1])
         scored = forward(self.model, dataclasses.replace(rollout, prompt_ids=prompts))
