@@ -64,3 +64,40 @@ def test_one_service_step_trains_on_exactly_the_benchmarks_work(small_work, lora
     for phase in ("generation", "logprob", "backward", "forward_backward", "optimizer", "sync"):
         assert out[phase] > 0, phase
     assert side.trainer.step == 1
+
+
+def grads(model) -> torch.Tensor:
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])
+
+
+def test_the_service_gradient_is_grpos_on_the_same_rows(small_work):
+    """The datums' token sum through `importance_sampling` has the gradient of GRPO's loss
+    (1/B) Σ_i (1/|y_i|) Σ_t −Â_i·π/π_old written by hand with a plain HF forward."""
+    work.WORK = Work(prompts=2)
+    torch.manual_seed(0)
+    hf_tok, model = build_work("3m")
+    side = ServiceSide(model, hf_tok, "grpo", tokens=6, group=4)
+    datums, lengths = side._rollout()
+    side.trainer.forward_backward(datums, "importance_sampling").result()
+    model = side.trainer.model
+    service = grads(model)
+    model.zero_grad(set_to_none=True)
+    rows = len(datums)
+    loss = torch.zeros(())
+    for datum, n in zip(datums, lengths, strict=True):
+        inputs = datum.model_input.to_ints()
+        targets = torch.tensor(datum.loss_fn_inputs["target_tokens"][-n:])
+        logits = model(torch.tensor([inputs])).logits[0, -n:].float()  # (n, V): predict y
+        logp = torch.log_softmax(logits, -1).gather(1, targets[:, None])[:, 0]
+        advantage = datum.loss_fn_inputs["advantages"][-1] * rows * n  # undo 1/(B·|y_i|)
+        ratio = torch.exp(logp - logp.detach())  # on-policy: 1, with π's gradient
+        loss = loss + (-advantage * ratio).mean() / rows
+    loss.backward()
+    by_hand = grads(model)
+    assert by_hand.abs().max() > 0  # some group has spread, so there is a gradient
+    # Both sides are fp32 and differ only in summation order (the service's float32 head
+    # is a separate matmul): per reduction of length K ≤ 768 the rounding is at most
+    # K·ε = 768 · 1.2e-7 ≈ 9e-5 relative, over 4 layers forward and back ≈ 4e-4 of the
+    # largest entry; 1e-3 of it is that bound with margin. A wrong sign or a scale off by
+    # B = 8 or |y| = 6 is an error of order 1 of it.
+    assert (service - by_hand).abs().max() <= 1e-3 * by_hand.abs().max()
