@@ -1,6 +1,7 @@
 """The service contestant of `benchmarks/step_vs_trl.py --service`
-(`benchmarks/step_vs_trl_service_side.py`): its client-side GRPO math by hand, and one
-step on the tiny model that trains (no timing is asserted)."""
+(`benchmarks/step_vs_trl_service_side.py`): its client-side GRPO math by hand, one step
+on the tiny model that trains on exactly the benchmark's work, and its gradient against
+GRPO's loss written by hand (no timing is asserted)."""
 
 import sys
 from pathlib import Path
