@@ -77,4 +77,19 @@ def peak_bytes() -> int:
     else the peak resident set (Linux reports KiB)."""
     if torch.cuda.is_available():
         return torch.cuda.max_memory_allocated()
+    return peak_resident_bytes()
+
+
+def peak_resident_bytes() -> int:
+    """This process's own peak resident set: /proc's VmHWM, which starts again at `exec`.
+    `getrusage`'s ru_maxrss does not: Linux keeps it across `execve`, so a contestant
+    started by a driver that had peaked higher would report the driver's peak. Elsewhere
+    (no /proc), ru_maxrss (KiB on Linux)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

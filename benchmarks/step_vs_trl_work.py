@@ -8,7 +8,6 @@ prompts, LoRA of rank `--lora` on every linear layer (0: full fine-tune) and KL 
 from __future__ import annotations
 
 import hashlib
-import resource
 import string
 import time
 from collections import defaultdict
@@ -87,8 +86,10 @@ def build_work(size: str) -> tuple:
 
 
 def peak_rss_gib() -> float:
-    """This process's peak resident memory so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    """This process's own peak resident memory so far (harness.peak_resident_bytes)."""
+    from harness import peak_resident_bytes
+
+    return peak_resident_bytes() / 2**30
 
 
 def build_model(size: str, vocab: int, seed: int = 0):
