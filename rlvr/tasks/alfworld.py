@@ -38,9 +38,9 @@ from rlvr.envs.alfworld import (
     replay_text,
 )
 from rlvr.envs.budgets import EpisodeBudgets
-from rlvr.envs.household.catalog import TASK_TYPES
 from rlvr.tasks.base import Problem, Task, alphabet_of, check_split
 from rlvr.tasks.dataset_task import DataProblem
+from rlvr.tasks.household import checked_game_options
 from rlvr.verify import Verdict
 
 ALFWORLD_SPLIT = {"train": "train", "dev": "valid_seen", "eval": "valid_unseen"}
@@ -96,16 +96,10 @@ class AlfworldTask(Task):
             if importlib.util.find_spec(module) is None:
                 raise ValueError(MISSING.format(name=module))
         self.root = _root(data_root)
-        self.task_types = list(task_types or TASK_TYPES)
-        for i, kind in enumerate(self.task_types):
-            if kind not in TASK_TYPES:
-                raise ValueError(
-                    f"task_types[{i}] is {kind!r}; valid task types are {', '.join(TASK_TYPES)}"
-                )
-        self.max_steps = check_int("max_steps", max_steps, 1, 200)
-        if not isinstance(show_admissible, bool):
-            raise ValueError(f"show_admissible must be true or false, got {show_admissible!r}")
-        self.show_admissible = show_admissible
+        kinds, self.max_steps, self.show_admissible = checked_game_options(
+            task_types, max_steps, show_admissible
+        )
+        self.task_types = list(kinds)
         self.seed = check_int("seed", seed, 0)
         sizes = {"train": train_size, "dev": dev_size, "eval": eval_size}
         self.sizes = {s: n if n is None else check_int(f"{s}_size", n, 0) for s, n in sizes.items()}

@@ -90,16 +90,9 @@ class HouseholdTask(SyntheticTask):
                 so an episode fits the embedded model's context (`embedded_model`).
         """
         super().__init__(seed, train_size, dev_size, eval_size)
-        self.task_types = tuple(task_types or TASK_TYPES)
-        for i, kind in enumerate(self.task_types):
-            if kind not in TASK_TYPES:
-                raise ValueError(
-                    f"task_types[{i}] is {kind!r}; valid task types are {', '.join(TASK_TYPES)}"
-                )
-        self.max_steps = check_int("max_steps", max_steps, 1, 200)
-        if not isinstance(show_admissible, bool):
-            raise ValueError(f"show_admissible must be true or false, got {show_admissible!r}")
-        self.show_admissible = show_admissible
+        self.task_types, self.max_steps, self.show_admissible = checked_game_options(
+            task_types, max_steps, show_admissible
+        )
         if text not in TEXT_MODES:
             raise ValueError(f"text is {text!r}; valid text modes are {', '.join(TEXT_MODES)}")
         self.compact = text == "compact"
@@ -181,3 +174,21 @@ def won_minus_invalid(
         replay_text(game_from_id(ref), text).reward
         for text, ref in zip(completions, reference, strict=True)
     ]
+
+
+def checked_game_options(
+    task_types: Any, max_steps: Any, show_admissible: Any
+) -> tuple[tuple[str, ...], int, bool]:
+    """The options every ALFWorld-language task shares (household, alfworld), validated:
+    the task types to keep (None: all six), the commands per game (1–200), and whether the
+    prompt lists the admissible commands."""
+    kinds = tuple(task_types or TASK_TYPES)
+    for i, kind in enumerate(kinds):
+        if kind not in TASK_TYPES:
+            raise ValueError(
+                f"task_types[{i}] is {kind!r}; valid task types are {', '.join(TASK_TYPES)}"
+            )
+    steps = check_int("max_steps", max_steps, 1, 200)
+    if not isinstance(show_admissible, bool):
+        raise ValueError(f"show_admissible must be true or false, got {show_admissible!r}")
+    return kinds, steps, show_admissible

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vision_testlib import TOK, images, small_vlm, vlm_logprob_atol
+from vision_testlib import TOK, images, rollout_of, small_vlm, vlm_logprob_atol
 
 from rlvr.models import response_logprobs
 from rlvr.rollout import HFEngine, SamplingParams
@@ -24,24 +24,6 @@ def _prompts(pixels: torch.Tensor) -> list[ImagePrompt]:
     return [TOK.encode_images(t, p) for t, p in zip(TEXTS, pixels, strict=True)]
 
 
-def _rollout(gen) -> Rollout:
-    rows = len(gen.prompt_ids)
-    zeros = torch.zeros(rows)
-    return Rollout(
-        prompt_ids=gen.prompt_ids,
-        response_ids=gen.response_ids,
-        response_mask=gen.response_mask,
-        sampler_logprobs=gen.sampler_logprobs,
-        truncated=gen.truncated,
-        group_ids=gen.prompt_index,
-        problem_uids=[str(i) for i in gen.prompt_index.tolist()],
-        texts=gen.texts,
-        correct=zeros,
-        formatted=zeros,
-        rewards=zeros,
-    )
-
-
 def _with_pixels(prompts: list[list[int]], pixels: torch.Tensor) -> list[list[int]]:
     """The same ids, each row's image replaced by `pixels[prompt index]`."""
     return [ImagePrompt(p, pixels[i // 2], p.spans) for i, p in enumerate(prompts)]
@@ -55,7 +37,7 @@ def test_the_prompt_carries_its_pixels_through_sampling_and_the_record():
     # "How many? " is 10 characters, then the image's 9 placeholders, then " A:".
     assert gen.prompt_ids[0].spans == [(10, 19)] and len(gen.prompt_ids[0]) == 22
     assert gen.prompt_ids[0].pixel_values is gen.prompt_ids[1].pixel_values  # one group
-    record = Rollout.concat([_rollout(gen).select(torch.tensor([3, 0]))])
+    record = Rollout.concat([rollout_of(gen).select(torch.tensor([3, 0]))])
     assert record.prompt_ids[0].pixel_values is gen.prompt_ids[3].pixel_values
     assert torch.equal(image_inputs(record.prompt_ids)["pixel_values"], pixels[[1, 0], 0])
 
@@ -66,10 +48,10 @@ def test_perturbing_one_image_moves_its_rows_in_every_forward_and_the_ratio_stay
     gen = engine.generate_ids(
         _prompts(pixels), SamplingParams(group_size=2, max_new_tokens=5), torch.Generator()
     )
-    rollout = _rollout(gen)
+    rollout = rollout_of(gen)
     perturbed = pixels.clone()
     perturbed[0, 0, :, :4, :4] += 0.5  # one patch of image 0: rows 0 and 1 show it
-    moved = _rollout(gen)
+    moved = rollout_of(gen)
     moved.prompt_ids = _with_pixels(gen.prompt_ids, perturbed)
 
     def old(r: Rollout) -> torch.Tensor:  # π_old and π_ref: Trainer._logprobs' forward

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vision_testlib import TOK, images, small_vlm, vlm_logprob_atol
+from vision_testlib import TOK, images, rollout_of, small_vlm, vlm_logprob_atol
 
 from rlvr.models import response_logprobs
 from rlvr.rollout import HFEngine, SamplingParams
@@ -17,24 +17,6 @@ from rlvr.train.teacher_model import Teacher, TeacherSpec
 from rlvr.vision import ImagePrompt
 
 TEXTS = ["How many? <image> A:", "<image>Count:"]
-
-
-def _rollout(prompt_ids, gen) -> Rollout:
-    rows = len(gen.prompt_ids)
-    zeros = torch.zeros(rows)
-    return Rollout(
-        prompt_ids=prompt_ids,
-        response_ids=gen.response_ids,
-        response_mask=gen.response_mask,
-        sampler_logprobs=gen.sampler_logprobs,
-        truncated=gen.truncated,
-        group_ids=gen.prompt_index,
-        problem_uids=[str(i) for i in gen.prompt_index.tolist()],
-        texts=gen.texts,
-        correct=zeros,
-        formatted=zeros,
-        rewards=zeros,
-    )
 
 
 def _scored(teacher: Teacher, rollout: Rollout) -> torch.Tensor:
@@ -59,20 +41,18 @@ def test_a_teacher_on_the_students_prompts_sees_each_rows_picture(sampled):
     gen, pixels = sampled
     teacher_model = small_vlm(seed=1)  # another VLM: the teacher is not the student
     teacher = Teacher(teacher_model, TOK, TeacherSpec("teacher-dir"), problems=[])
-    before = _scored(teacher, _rollout(gen.prompt_ids, gen))
+    before = _scored(teacher, rollout_of(gen))
     perturbed = pixels.clone()
     perturbed[0, 0, :, :4, :4] += 0.5  # image 0 only: rows 0 and 1 show it
     moved_ids = [ImagePrompt(p, perturbed[i // 2], p.spans) for i, p in enumerate(gen.prompt_ids)]
-    after = _scored(teacher, _rollout(moved_ids, gen))
+    after = _scored(teacher, rollout_of(gen, moved_ids))
     mask = gen.response_mask.bool()
     atol = vlm_logprob_atol(teacher_model)
     assert (after[:2] - before[:2])[mask[:2]].abs().min() > 0  # every token of image 0's rows
     assert torch.equal(after[2:], before[2:])  # rows of image 1: bit for bit
     # and the teacher is not the student: its log-probs differ beyond rounding (atol: two
     # forwards of one VLM that add in other orders, vision_testlib.vlm_logprob_atol)
-    student = _scored(
-        Teacher(small_vlm(seed=0), TOK, TeacherSpec("x"), []), _rollout(gen.prompt_ids, gen)
-    )
+    student = _scored(Teacher(small_vlm(seed=0), TOK, TeacherSpec("x"), []), rollout_of(gen))
     assert (student - before)[mask].abs().max() > atol
 
 
@@ -81,7 +61,7 @@ def test_a_teacher_prompt_template_on_image_prompts_is_refused(sampled):
     spec = TeacherSpec("self", prompt_template="{prompt} (the answer is {answer})")
     teacher = Teacher(small_vlm(seed=1), TOK, spec, problems=[])
     with pytest.raises(ValueError) as err:
-        _scored(teacher, _rollout(gen.prompt_ids, gen))
+        _scored(teacher, rollout_of(gen))
     assert str(err.value) == (
         "teacher.prompt_template='{prompt} (the answer is {answer})' rebuilds the teacher's "
         "prompt from text, which would drop the prompts' pictures; a teacher on a task that "

@@ -6,6 +6,7 @@ import torch
 from rounding_testlib import RANDOM_LOGIT_SCALE, forward_terms, reorder_atol
 
 from rlvr.models import CharTokenizer, tiny_qwen2_config
+from rlvr.train.records.rollout_record import Rollout
 from rlvr.vision import VisionSettings, VisionTokenizer
 from rlvr.vision.model import build_tiny_vlm
 
@@ -35,3 +36,22 @@ def vlm_logprob_atol(model) -> float:
     per_layer = 4 * v.hidden + 2 * v.tokens_per_image + 5 * v.hidden
     vision = v.channels * v.patch_size**2 + v.layers * per_layer + v.hidden + text.hidden_size
     return reorder_atol(forward_terms(text) + vision, RANDOM_LOGIT_SCALE)
+
+
+def rollout_of(gen, prompt_ids=None) -> Rollout:
+    """A sampled batch as the trainer's record (zero rewards), with `prompt_ids` in place
+    of the sampler's (None: its own), e.g. the same ids showing other pixels."""
+    zeros = torch.zeros(len(gen.prompt_ids))
+    return Rollout(
+        prompt_ids=gen.prompt_ids if prompt_ids is None else prompt_ids,
+        response_ids=gen.response_ids,
+        response_mask=gen.response_mask,
+        sampler_logprobs=gen.sampler_logprobs,
+        truncated=gen.truncated,
+        group_ids=gen.prompt_index,
+        problem_uids=[str(i) for i in gen.prompt_index.tolist()],
+        texts=gen.texts,
+        correct=zeros,
+        formatted=zeros,
+        rewards=zeros,
+    )
