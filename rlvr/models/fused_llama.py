@@ -261,6 +261,13 @@ class FusedLlama:
         half = self.head_dim // 2
         self.sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), -1)
 
+    def release(self) -> None:
+        """Drop what `begin` read: the fused weights are a copy of every projection (on
+        SmolLM2-135M 0.4 GiB), which a decoder kept between rollouts would hold through
+        the update, the step's peak; the next `begin` reads the weights again anyway."""
+        self.layers = []
+        self.cos = self.sin_signed = None
+
     def new_cache(self, batch: int, width: int, device: torch.device) -> Cache:
         """Uninitialised: `forward` writes every column before any query reads it."""
         shape = (batch, self.kv_heads, width, self.head_dim)

@@ -185,9 +185,12 @@ class KVSession:
         keys_ok[:, 0, 0, :width] = layout.keys_ok.repeat_interleave(group, 0)
         pos = layout.positions[:, -1:].repeat_interleave(group, 0)  # the last token's
         hidden = hidden.repeat_interleave(group, 0)
-        tokens = decoder.decode_from(
-            hidden, pos, width, keys_ok, cache, max_new_tokens, sample, stop
-        )
+        try:
+            tokens = decoder.decode_from(
+                hidden, pos, width, keys_ok, cache, max_new_tokens, sample, stop
+            )
+        finally:
+            fused.release()  # the next turn's `begin` reads the weights again
         self.cache = cache
         return tokens
 

@@ -59,7 +59,12 @@ class StaticDecoder:
         keys_ok = torch.ones(prompts * group, 1, 1, total, dtype=torch.bool, device=device)
         keys_ok[:, 0, 0, :width] = attention_mask.bool().repeat_interleave(group, 0)
         pos = pos[:, None].repeat_interleave(group, 0) - 1  # (B, 1)
-        return self.decode_from(hidden, pos, width, keys_ok, cache, max_new_tokens, sample, stop)
+        try:
+            return self.decode_from(
+                hidden, pos, width, keys_ok, cache, max_new_tokens, sample, stop
+            )
+        finally:
+            fused.release()  # the fused weights' copy is not kept through the update
 
     def decode_from(
         self,
