@@ -41,9 +41,9 @@ from rlvr.envs.household.catalog import TASK_TYPES
 from rlvr.envs.household.environment import (
     INVALID_PENALTY,
     Outcome,
-    _after_observation,
     canonical,
     observation_text,
+    replay_world,
 )
 
 ENV_VAR = "ALFWORLD_DATA"
@@ -259,21 +259,7 @@ def replay_text(
 ) -> Outcome:
     """Play an episode's text (turns and observations) again from the game's start, as the
     household world's `replay_text` does: a turn counts when its observation follows it."""
-    world = AlfworldWorld(game_file)
-    limit = max_steps if max_steps is not None else len(completion) + 1
-    position, actions = 0, []
-    while not world.won() and world.state.steps < limit:
-        end = completion.find("\n", position)
-        if end < 0 or end + 1 >= len(completion):
-            break  # the last turn: never answered
-        action = canonical(completion[position:end])
-        observation, _ = world.step(action)
-        actions.append(action)
-        done = world.won() or world.state.steps >= limit
-        position = _after_observation(completion, end + 1, observation, done, world)
-        if position < 0:
-            break  # the observation was cut: the trajectory ends inside it
-    return Outcome(world.won(), world.state.invalid, world.state.steps, tuple(actions))
+    return replay_world(AlfworldWorld(game_file), completion, max_steps)
 
 
 def won_minus_invalid(

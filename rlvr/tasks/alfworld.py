@@ -40,7 +40,7 @@ from rlvr.envs.alfworld import (
 from rlvr.envs.budgets import EpisodeBudgets
 from rlvr.tasks.base import Problem, Task, alphabet_of, check_split
 from rlvr.tasks.dataset_task import DataProblem
-from rlvr.tasks.household import checked_game_options
+from rlvr.tasks.household import checked_game_options, outcome_verdict
 from rlvr.verify import Verdict
 
 ALFWORLD_SPLIT = {"train": "train", "dev": "valid_seen", "eval": "valid_unseen"}
@@ -156,13 +156,7 @@ class AlfworldTask(Task):
 
     def check(self, problem: Problem, completion: str) -> Verdict:
         game_file = game_path(self.root, problem.answer)
-        outcome = replay_text(game_file, completion, self.max_steps)
-        reason = (
-            f"won in {outcome.steps} steps, {outcome.invalid} invalid"
-            if outcome.won
-            else f"not won after {outcome.steps} steps, {outcome.invalid} invalid"
-        )
-        return Verdict(outcome.won, outcome.steps > 0, str(outcome.steps), reason=reason)
+        return outcome_verdict(replay_text(game_file, completion, self.max_steps))
 
     @property
     def longest_target_chars(self) -> int:

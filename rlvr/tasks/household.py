@@ -135,13 +135,9 @@ class HouseholdTask(SyntheticTask):
         return spans
 
     def check(self, problem: Problem, completion: str) -> Verdict:
-        outcome = replay_text(game_from_id(problem.answer), completion, self.max_steps)
-        reason = (
-            f"won in {outcome.steps} steps, {outcome.invalid} invalid"
-            if outcome.won
-            else f"not won after {outcome.steps} steps, {outcome.invalid} invalid"
+        return outcome_verdict(
+            replay_text(game_from_id(problem.answer), completion, self.max_steps)
         )
-        return Verdict(outcome.won, outcome.steps > 0, str(outcome.steps), reason=reason)
 
     @property
     def longest_target_chars(self) -> int:
@@ -192,3 +188,14 @@ def checked_game_options(
     if not isinstance(show_admissible, bool):
         raise ValueError(f"show_admissible must be true or false, got {show_admissible!r}")
     return kinds, steps, show_admissible
+
+
+def outcome_verdict(outcome: Any) -> Verdict:
+    """A replayed game's verdict (household, alfworld): correct when won; formatted when a
+    turn was played; the extracted answer is the number of turns."""
+    reason = (
+        f"won in {outcome.steps} steps, {outcome.invalid} invalid"
+        if outcome.won
+        else f"not won after {outcome.steps} steps, {outcome.invalid} invalid"
+    )
+    return Verdict(outcome.won, outcome.steps > 0, str(outcome.steps), reason=reason)

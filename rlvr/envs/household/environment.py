@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rlvr.envs.base import Environment, Reply
 from rlvr.envs.household.catalog import kind_of
@@ -139,8 +140,14 @@ def replay_text(game: Game, completion: str, max_steps: int | None = None) -> Ou
     newline-ended turn with nothing after it was never answered (the budget ran out).
     `max_steps` as the episode's (None: as many as the text holds; an episode's text never
     holds more than its own)."""
+    return replay_world(World(game), completion, max_steps)
+
+
+def replay_world(world: Any, completion: str, max_steps: int | None = None) -> Outcome:
+    """`replay_text` on a fresh world of any engine with the household surface (`step`,
+    `won`, `state.steps`/`state.invalid`): the embedded games and real ALFWorld ones."""
     limit = max_steps if max_steps is not None else len(completion) + 1
-    world, position, actions = World(game), 0, []
+    position, actions = 0, []
     while not world.won() and world.state.steps < limit:
         end = completion.find("\n", position)
         if end < 0 or end + 1 >= len(completion):
