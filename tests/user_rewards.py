@@ -52,3 +52,8 @@ def positional_only(texts):
 def needs_difficulty(prompts, completions, difficulty):
     """Names a dataset column and takes no **kwargs: only that column is passed."""
     return [float(d) for d in difficulty]
+
+
+def always_zero(prompts, completions, **columns):
+    """0 for every completion: a verifier that never passes (the vision trial's first run)."""
+    return [0.0] * len(completions)

@@ -1,5 +1,6 @@
 """Why a run has made no update: said once, early, instead of a run that "finishes"
-having trained nothing (every group filtered out, or every reward failed). It is printed
+having trained nothing (every group filtered out, every reward failed, or every
+advantage exactly 0 so that no gradient reached the weights). It is printed
 as the run's other notices are: one `rlvr: warning: …` line on stderr, above the progress
 bar (`say`), not as a Python warning with a source line."""
 
@@ -12,13 +13,23 @@ NO_UPDATE_STEPS = 5
 """A run whose first `min(NO_UPDATE_STEPS, steps)` steps all skipped the update says why."""
 
 
-def due(step: int, steps: int, skipped_updates: int) -> bool:
-    """At the step that decides it, every step so far skipped its update."""
-    return step == min(NO_UPDATE_STEPS, steps) and skipped_updates == step
+def due(step: int, steps: int, still_steps: int) -> bool:
+    """At the step that decides it, every step so far changed no weight (its update
+    skipped, or its backward skipped because every gradient was exactly 0)."""
+    return step == min(NO_UPDATE_STEPS, steps) and still_steps == step
 
 
 def explain(step: int, metrics: dict[str, float], recipe: Any, cfg: Any) -> str:
     """One message: what was skipped, what the last step's batch looked like, what to try."""
+    if not metrics.get("train/update_skipped") and metrics.get("train/backward_skipped"):
+        return (
+            f"no gradient in the first {step} steps (train/backward_skipped = 1 each step): "
+            f"every advantage was exactly 0, as rewards were equal within every group "
+            f"(reward/mean {metrics.get('reward/mean', 0.0):.3f}, reward/zero_adv_frac "
+            f"{metrics.get('reward/zero_adv_frac', 0.0):.3f}); a group-relative method learns "
+            f"only from groups whose rewards differ: check the reward on a few completions "
+            f"(rlvr show), or raise group_size or temperature, or warm-start the model"
+        )
     responses = int(metrics.get("rollout/generated_responses", 0))
     failed = int(metrics.get("reward/failed_samples", 0))
     causes = []

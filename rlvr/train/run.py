@@ -73,12 +73,18 @@ class RunTotals:
     generated_tokens: float = 0.0
     discarded_tokens: float = 0.0
     skipped_updates: int = 0
+    # Steps that changed no weight: the update skipped, or every row's gradient exactly 0
+    # (train/backward_skipped: all advantages 0, e.g. every reward 0).
+    still_steps: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
 
     def add(self, metrics: dict[str, float]) -> None:
         self.generated_tokens += metrics.get("rollout/generated_tokens", 0.0)
         self.discarded_tokens += metrics.get("rollout/discarded_tokens", 0.0)
         self.skipped_updates += int(metrics.get("train/update_skipped", 0.0))
+        self.still_steps += int(
+            bool(metrics.get("train/update_skipped")) or bool(metrics.get("train/backward_skipped"))
+        )
         for key, value in metrics.items():
             if key.startswith("time/"):
                 self.seconds[key] = self.seconds.get(key, 0.0) + value
@@ -279,7 +285,7 @@ class _Run:
             if self.completions.due(step):
                 self._log_completions(step)
             self.totals.add(metrics)
-            if no_update.due(step, cfg.steps, self.totals.skipped_updates):
+            if no_update.due(step, cfg.steps, self.totals.still_steps):
                 no_update.say(no_update.explain(step, metrics, trainer.recipe, cfg))
             budget = cfg.max_generated_tokens
             spent = self.totals.generated_tokens

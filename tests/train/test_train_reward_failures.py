@@ -192,6 +192,32 @@ def test_a_run_whose_rewards_all_fail_says_why_it_made_no_update(tmp_path, capsy
     assert [r["reward/fn/always_nan/nonfinite"] for r in steps] == [8.0, 8.0]
 
 
+def test_a_run_whose_rewards_are_all_zero_says_no_gradient_reached_the_weights(tmp_path, capsys):
+    """The vision trial's run scored 0 everywhere and finished silently: every advantage was
+    0, every backward skipped, nothing trained. It now says so once, as the notice above."""
+    from rlvr.train.run import run_training
+
+    cfg = _local_config(tmp_path, reward_funcs=["user_rewards:always_zero"], kl_coef=0.0)
+    summary = run_training(cfg)
+    why = [
+        line
+        for line in capsys.readouterr().err.splitlines()
+        if line.startswith("rlvr: warning: no gradient in the first 2 steps")
+    ]
+    assert len(why) == 1
+    assert "every advantage was exactly 0" in why[0] and "reward/mean 0.000" in why[0]
+    assert summary["skipped_updates"] == 0  # the batches were kept; only the gradient was 0
+
+
+def test_a_run_with_a_kl_term_has_a_gradient_and_no_notice(tmp_path, capsys):
+    """β > 0: the KL term reaches every row, so the backward runs and nothing is said."""
+    from rlvr.train.run import run_training
+
+    cfg = _local_config(tmp_path, reward_funcs=["user_rewards:always_zero"], kl_coef=0.04)
+    run_training(cfg)
+    assert "no gradient in the first" not in capsys.readouterr().err
+
+
 def test_a_hanging_reward_under_stop_ends_the_run_naming_it(tmp_path):
     from rlvr.train.run import run_training
 
