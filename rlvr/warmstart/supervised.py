@@ -267,10 +267,21 @@ class _Progress:
             eta = elapsed / step * (self.total - step)
             print(
                 f"{self.desc}: step {step}/{self.total} loss {loss:.3f} "
-                f"dev_acc {accuracy:.3f} elapsed {elapsed:.0f}s, at most {eta:.0f}s to go",
+                f"dev_acc {accuracy:.3f} elapsed {duration(elapsed)}, at most {duration(eta)} "
+                f"to go",
                 file=sys.stderr,
                 flush=True,
             )
+
+
+def duration(seconds: float) -> str:
+    """`seconds` as a person reads it: 42s, 7m 05s, 1h 02m."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {s % 3600 // 60:02d}m"
 
 
 def _batches(problems: list[Problem], batch_size: int, rng: random.Random):
