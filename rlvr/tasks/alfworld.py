@@ -37,10 +37,9 @@ from rlvr.envs.alfworld import (
     prompt_text,
     replay_text,
 )
-from rlvr.envs.budgets import EpisodeBudgets
 from rlvr.tasks.base import Problem, Task, alphabet_of, check_split
 from rlvr.tasks.dataset_task import DataProblem
-from rlvr.tasks.household import checked_game_options, outcome_verdict
+from rlvr.tasks.household import checked_game_options, game_budgets, outcome_verdict
 from rlvr.verify import Verdict
 
 ALFWORLD_SPLIT = {"train": "train", "dev": "valid_seen", "eval": "valid_unseen"}
@@ -103,14 +102,8 @@ class AlfworldTask(Task):
         self.seed = check_int("seed", seed, 0)
         sizes = {"train": train_size, "dev": dev_size, "eval": eval_size}
         self.sizes = {s: n if n is None else check_int(f"{s}_size", n, 0) for s, n in sizes.items()}
-        if max_observation_tokens is None:
-            max_observation_tokens = 1024 if show_admissible else 512
-        self.episode_budgets = EpisodeBudgets(
-            max_turns=max_steps + 1,  # the environment hears the last command (and ends)
-            max_tool_calls=max_steps,
-            max_observation_tokens=max_observation_tokens,
-            max_turn_tokens=max_turn_tokens,
-            env_errors=env_errors,
+        self.episode_budgets = game_budgets(
+            max_steps, show_admissible, max_observation_tokens, max_turn_tokens, env_errors
         )
         self._splits: dict[str, list[Problem]] = {}
 

@@ -96,14 +96,8 @@ class HouseholdTask(SyntheticTask):
         if text not in TEXT_MODES:
             raise ValueError(f"text is {text!r}; valid text modes are {', '.join(TEXT_MODES)}")
         self.compact = text == "compact"
-        if max_observation_tokens is None:
-            max_observation_tokens = 1024 if show_admissible else 512
-        self.episode_budgets = EpisodeBudgets(
-            max_turns=max_steps + 1,  # the environment hears the last command (and ends)
-            max_tool_calls=max_steps,
-            max_observation_tokens=max_observation_tokens,
-            max_turn_tokens=max_turn_tokens,
-            env_errors=env_errors,
+        self.episode_budgets = game_budgets(
+            max_steps, show_admissible, max_observation_tokens, max_turn_tokens, env_errors
         )
 
     @property
@@ -188,6 +182,27 @@ def checked_game_options(
     if not isinstance(show_admissible, bool):
         raise ValueError(f"show_admissible must be true or false, got {show_admissible!r}")
     return kinds, steps, show_admissible
+
+
+def game_budgets(
+    max_steps: int,
+    show_admissible: bool,
+    max_observation_tokens: int | None,
+    max_turn_tokens: int,
+    env_errors: str,
+) -> EpisodeBudgets:
+    """An ALFWorld-language game's episode budgets (household, alfworld): `max_steps`
+    commands, the environment hearing the last one; an observation's tokens default to 512,
+    1024 when it lists the admissible commands."""
+    if max_observation_tokens is None:
+        max_observation_tokens = 1024 if show_admissible else 512
+    return EpisodeBudgets(
+        max_turns=max_steps + 1,  # the environment hears the last command (and ends)
+        max_tool_calls=max_steps,
+        max_observation_tokens=max_observation_tokens,
+        max_turn_tokens=max_turn_tokens,
+        env_errors=env_errors,
+    )
 
 
 def outcome_verdict(outcome: Any) -> Verdict:
