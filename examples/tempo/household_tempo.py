@@ -78,7 +78,12 @@ class Config:
     store: int = 256
     """Saved states kept, oldest dropped first (--state-store-capacity)."""
     eval_games: int = 16
-    """Dev games played whole before and after training (one sample each)."""
+    """Dev games played whole before and after training (one sample each; 0: none)."""
+    max_sampled_tokens: int = 0
+    """Stop after the step at which the tokens sampled so far reach this (0: no budget):
+    the agent's tokens in every segment and warm-up game (observations are the world's,
+    not sampled) and every critic answer; evaluation games are not counted, as
+    `rlvr train`'s `max_generated_tokens` does not count its evals."""
     lr: float = 1e-4
     """Adam's rate. 1e-3 trains the critic faster and breaks the agent, which shares its
     LoRA (docs/21-tempo.md, Measured)."""
@@ -113,6 +118,7 @@ class Tempo:
         self.store: deque[Start] = deque(maxlen=config.store)
         self.sampler = self.trainer.save_weights_and_get_sampling_client()
         self.groups: list[dict] = []  # every TD start group's signals, for inspection
+        self.sampled = 0  # tokens sampled for training so far (Config.max_sampled_tokens)
 
     def fresh(self) -> Start:
         """A fresh game of the train split, from its first turn."""
@@ -120,8 +126,9 @@ class Tempo:
         text = prompt_text(game_from_id(game_id), compact=self.task.compact)
         return Start(game_id, SavedState(tuple(self.tokenizer.encode(text))))
 
-    def segments(self, start: Start, turns: int, n: int) -> list[Segment]:
-        """`n` segments of `turns` from `start`, the world rebuilt after its actions."""
+    def segments(self, start: Start, turns: int, n: int, count: bool = True) -> list[Segment]:
+        """`n` segments of `turns` from `start`, the world rebuilt after its actions; their
+        policy tokens are added to `sampled` unless `count` is false (evaluation)."""
         game = game_from_id(start.game_id)
         room = self.positions - len(start.state.tokens) - 1
         params = SamplingParams(max_tokens=room, temperature=1.0)
@@ -129,9 +136,12 @@ class Tempo:
         def environment(actions: tuple[str, ...]) -> HouseholdEnvironment:
             return HouseholdEnvironment(game, self.config.max_steps, compact=True, actions=actions)
 
-        return sample_segments(
+        segs = sample_segments(
             self.sampler, start.state, n, params, environment, turns, self.task.episode_budgets
         )
+        if count:
+            self.sampled += sum(policy_tokens(s) for s in segs)
+        return segs
 
     def estimates(self, game_id: str, state: SavedState, k: int) -> list[tuple]:
         """K estimates of a state: (prompt ids, answer ids, log-probs, V̂ or None)."""
@@ -139,6 +149,7 @@ class Tempo:
         text = critic_text(game_from_id(game_id), play, self.positions)
         prompt = self.tokenizer.encode(text)
         seqs = self.sampler.sample(ModelInput.from_ints(prompt), k, critic_params()).result()
+        self.sampled += sum(len(s.tokens) for s in seqs.sequences)
         return [
             (prompt, s.tokens, s.logprobs, parse_value(answer_text(s.text))) for s in seqs.sequences
         ]
@@ -149,6 +160,11 @@ class Tempo:
             self.trainer.forward_backward(datums, loss_fn=loss_fn).result()
             self.trainer.optim_step(AdamParams(learning_rate=self.config.lr)).result()
         self.sampler = self.trainer.save_weights_and_get_sampling_client()
+
+
+def policy_tokens(segment: Segment) -> int:
+    """Tokens the agent sampled in `segment`: its ids less the world's observations."""
+    return len(segment.episode.tokens) - sum(segment.episode.observation_mask)
 
 
 def won(game_id: str, state: SavedState) -> bool:
@@ -200,6 +216,7 @@ def mc_warmup_step(run: Tempo) -> dict:
         **metrics,
         "warmup/won": sum(outcomes) / len(outcomes),
         "warmup/boundaries": len(groups),
+        "sampled_tokens": run.sampled,
     }
 
 
@@ -267,6 +284,7 @@ def td_step(run: Tempo) -> dict:
         "train/critic_rows": len(critic),
         "td/saved": saved,
         "td/store": len(run.store),
+        "sampled_tokens": run.sampled,
     }
 
 
@@ -276,7 +294,7 @@ def evaluate(run: Tempo) -> float:
     wins = []
     for p in problems:
         start = Start(p.answer, SavedState(tuple(run.tokenizer.encode(p.prompt))))
-        seg = run.segments(start, run.config.max_steps, 1)[0]
+        seg = run.segments(start, run.config.max_steps, 1, count=False)[0]
         wins.append(float(won(p.answer, seg.end())))
     return sum(wins) / len(wins)
 
@@ -306,17 +324,22 @@ def train(config: Config) -> dict[str, list]:
     torch.set_num_threads(1)
     run = Tempo(config)
     history: dict[str, list] = {"warmup": [], "td": [], "eval/won": []}
-    history["eval/won"].append(evaluate(run))
-    print(f"eval/won={history['eval/won'][0]:.3f}")
-    for i in range(config.warmup_steps):
-        history["warmup"].append(mc_warmup_step(run))
-        show(f"warmup {i}:", history["warmup"][-1])
-    for i in range(config.steps):
-        history["td"].append(td_step(run))
-        show(f"step {i}:", history["td"][-1])
-    history["eval/won"].append(evaluate(run))
-    before, after = history["eval/won"]
-    print(f"eval/won on {config.eval_games} dev games: {before:.3f} → {after:.3f}")
+    if config.eval_games:
+        history["eval/won"].append(evaluate(run))
+        print(f"eval/won={history['eval/won'][0]:.3f}")
+    budget = config.max_sampled_tokens
+    phases = [("warmup", mc_warmup_step, config.warmup_steps), ("td", td_step, config.steps)]
+    for name, step, count in phases:
+        for i in range(count):
+            if budget and run.sampled >= budget:
+                break  # spent: the step that reached the budget was the last
+            history[name].append(step(run))
+            show(f"{'step' if name == 'td' else name} {i}:", history[name][-1])
+    print(f"sampled tokens: {run.sampled:,}" + (f" (budget {budget:,})" if budget else ""))
+    if config.eval_games:
+        history["eval/won"].append(evaluate(run))
+        before, after = history["eval/won"]
+        print(f"eval/won on {config.eval_games} dev games: {before:.3f} → {after:.3f}")
     history["run"] = run
     return history
 
