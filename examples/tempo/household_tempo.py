@@ -89,6 +89,10 @@ class Config:
     LoRA (docs/21-tempo.md, Measured)."""
     lora_rank: int = 16
     seed: int = 0
+    base_model: str = "embedded:household"
+    """The policy: the embedded warm start of `task_options` and `seed` (trained once,
+    cached), or a local model directory, such as one cached warm start that every seed
+    starts from (studies/household_credit)."""
     task_options: dict = field(default_factory=lambda: {"text": "compact"})
     """The household task's options; the embedded policy plays the compact text."""
 
@@ -109,7 +113,7 @@ class Tempo:
         self.task = make_task("household", **config.task_options, max_steps=config.max_steps)
         service = ServiceClient(seed=config.seed, task_options=config.task_options)
         self.trainer = service.create_lora_training_client(
-            "embedded:household", rank=config.lora_rank, train_unembed=False
+            config.base_model, rank=config.lora_rank, train_unembed=False
         )
         self.tokenizer = self.trainer.get_tokenizer()
         self.positions = self.task.embedded_model["max_positions"]

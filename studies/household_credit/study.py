@@ -88,11 +88,12 @@ def load_tempo():
 def run_tempo(study: dict, seed: int, tokens: int, out: Path) -> None:
     """Arm 3, one seed: train to the budget, save the final weights (LoRA merged) and its
     per-step records (warm-up steps numbered below 1, TD steps from 1)."""
-    cell = out / "cells" / f"tempo-seed{seed}"
+    cell = (out / "cells" / f"tempo-seed{seed}").resolve()  # a save name: absolute, as given
     if (cell / "records.json").is_file():
         return
     tempo = load_tempo()
-    config = tempo.Config(**study["tempo"], seed=seed, max_sampled_tokens=tokens)
+    warm = str(warm_start_dir(study))  # every seed from the one warm start, as arms 1-2
+    config = tempo.Config(**study["tempo"], seed=seed, max_sampled_tokens=tokens, base_model=warm)
     started = time.perf_counter()
     history = tempo.train(config)
     run = history.pop("run")
