@@ -44,6 +44,7 @@ from rlvr.warmstart.load import load_policy
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 LABELS = ("grpo", "agent_opsd", "tempo")
+REFERENCE = "warm_start"  # evaluated with each seed's eval seed too: where every arm began
 TEMPO = ROOT / "examples" / "tempo" / "household_tempo.py"
 EDGE = 5  # TD steps averaged at each end of the critic's error curve
 
@@ -132,7 +133,9 @@ def evaluate(policy_dir: Path, seed: int, study: dict, size: int) -> list[float]
     return result.item_correct
 
 
-def policy_dir(out: Path, label: str, seed: int) -> Path:
+def policy_dir(out: Path, label: str, seed: int, study: dict) -> Path:
+    if label == REFERENCE:
+        return warm_start_dir(study)
     if label == "tempo":
         cell = out / "cells" / f"tempo-seed{seed}"
         return cell / json.loads((cell / "records.json").read_text())["summary"]["policy"]
@@ -143,16 +146,16 @@ def evaluate_all(study: dict, seeds: int, size: int, out: Path) -> dict:
     """items[label][seed]: won per eval game, cached in out/evals.json."""
     path = out / "evals.json"
     items = json.loads(path.read_text()) if path.is_file() else {}
-    for label in LABELS:
+    for label in (*LABELS, REFERENCE):
         for seed in range(seeds):
             key = f"{label}-seed{seed}"
             if len(items.get(key, [])) != size:
                 started = time.perf_counter()
-                items[key] = evaluate(policy_dir(out, label, seed), seed, study, size)
+                items[key] = evaluate(policy_dir(out, label, seed, study), seed, study, size)
                 took = time.perf_counter() - started
                 print(f"eval {key}: won {np.mean(items[key]):.3f} ({took:.0f} s)", flush=True)
                 path.write_text(json.dumps(items))
-    return {lab: {s: items[f"{lab}-seed{s}"] for s in range(seeds)} for lab in LABELS}
+    return {lab: {s: items[f"{lab}-seed{s}"] for s in range(seeds)} for lab in (*LABELS, REFERENCE)}
 
 
 def error_drop(records: list[dict]) -> float:
@@ -211,12 +214,14 @@ def write_report(study: dict, seeds: int, out: Path, items: dict) -> Path:
         "## Final eval success (won, 0/1) per seed",
         "",
         f"{size} eval games, one sample each at temperature {study['eval']['temperature']}, "
-        "12 commands; every arm's final weights played by `study.py:evaluate`.",
+        "12 commands; every arm's final weights played by `study.py:evaluate`, with the "
+        "eval seed of its RL seed. The warm start, played the same way, is where every arm "
+        "began (a reference, not an arm).",
         "",
         "| arm | " + " | ".join(f"seed {s}" for s in range(seeds)) + " | mean |",
         "|---|" + "---|" * (seeds + 1),
     ]
-    for label in LABELS:
+    for label in (*LABELS, REFERENCE):
         won = [float(np.mean(items[label][s])) for s in range(seeds)]
         lines.append(
             f"| {label} | " + " | ".join(f"{w:.3f}" for w in won) + f" | {np.mean(won):.3f} |"
@@ -262,6 +267,7 @@ def write_report(study: dict, seeds: int, out: Path, items: dict) -> Path:
         if at >= 0:
             section = text[at : end if end > at else None].split("\n")[2:]
             lines += ["", "## Arms 1-2: what differed (rlvr compare)", "", *section]
+    lines += ["", "Design, departures and the reading: [README.md](../README.md)."]
     path = out / "report.md"
     path.write_text("\n".join(lines).rstrip() + "\n")
     write_csv(out, seeds, costs, items, verdicts)
