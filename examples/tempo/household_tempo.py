@@ -15,6 +15,8 @@ most 12 (lab: 10 of 50); the tiny character-level critic writes one digit, its v
 tenths, read as ``<value>0.d</value>`` (tempo_critic.py), and sees the end of the play
 that fits its 768 positions; each row's Â is divided by
 (rows·|tokens|), GRPO's per-sequence mean, as examples/service_grpo.py.
+Every token sampled for training (the agent's, the critic's answers) is counted;
+`--max-sampled-tokens` stops the run after the step that reaches it (studies/household_credit).
 Run: `python examples/tempo/household_tempo.py [--steps 20]` (CPU, a few minutes).
 """
 
