@@ -10,7 +10,7 @@ report.md judges study.yaml's hypothesis with rlvr.compare's verdict code (joint
 over seeds × items, manipulation checks, Holm).
 
     python studies/household_credit/study.py --out studies/household_credit/run
-    python studies/household_credit/study.py --out /tmp/smoke --seeds 1 --tokens 2000 --eval-size 8
+    python studies/household_credit/study.py --out /tmp/smoke --seeds 1 --tokens 14000 --eval-size 8
     python studies/household_credit/study.py --out studies/household_credit/run --report-only
 """
 
