@@ -168,6 +168,16 @@ def error_drop(records: list[dict]) -> float:
     return float(np.mean(errors[:edge]) - np.mean(errors[-edge:]))
 
 
+def run_records(seeds: int, out: Path) -> list[Path]:
+    """The files a report is built from: each compare cell's metrics, each TEMPO run's
+    records (the eval results are in out/evals.json, or played again from the weights)."""
+    cells = out / "cells"
+    arms = [
+        cells / f"{label}-seed{s}" / "metrics.jsonl" for label in LABELS[:2] for s in range(seeds)
+    ]
+    return arms + [cells / f"tempo-seed{s}" / "records.json" for s in range(seeds)]
+
+
 def collect(seeds: int, out: Path, items: dict) -> tuple[dict, dict]:
     """records[label][seed] as the verdict reads them (the final eval appended as the last
     record, the loop's own 8-item checks dropped), and each run's costs."""
@@ -320,6 +330,13 @@ def main(argv: list[str] | None = None) -> None:
                     f"rlvr compare failed ({compare.returncode}); see {out}/compare.log"
                 )
         (out / "report.md").replace(out / "compare_report.md")
+    else:
+        missing = [str(f) for f in run_records(seeds, out) if not f.is_file()]
+        if missing:
+            raise SystemExit(
+                f"--report-only: {out} lacks {len(missing)} run record(s), e.g. {missing[0]}; "
+                f"run the study there first (without --report-only)"
+            )
     items = evaluate_all(study, seeds, size, out)
     print(f"wrote {write_report(study, seeds, out, items)}")
 

@@ -54,3 +54,15 @@ def test_the_preregistration_parses(study, tmp_path):
     tempo = study.load_tempo()
     config = tempo.Config(**plan["tempo"], max_sampled_tokens=plan["tokens"])
     assert config.max_steps == plan["compare"]["base"]["task_options"]["max_steps"] == 12
+
+
+def test_a_report_without_its_run_records_names_what_is_missing(study, tmp_path):
+    """A fresh clone's --report-only on a directory without the runs stopped with a
+    traceback from deep in the report; it now says what is missing and what to do."""
+    with pytest.raises(SystemExit, match=r"lacks 15 run record\(s\), e\.g\. .*grpo-seed0"):
+        study.main(["--out", str(tmp_path / "run"), "--report-only"])
+
+
+def test_the_committed_run_holds_every_record_the_report_reads(study):
+    run = STUDY.parent / "run"
+    assert all(f.is_file() for f in study.run_records(5, run))
