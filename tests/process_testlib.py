@@ -33,14 +33,16 @@ def steps_logged(out: Path) -> list[int]:
     return steps
 
 
-def start_and_signal(command: list[str], out: Path, at_step: int, sig: int):
-    """Start `command`, send `sig` once `out/metrics.jsonl` has logged `at_step`; returns
-    the exited process with `stdout_text` and `stderr_text`."""
+def start_and_signal(command: list[str], out: Path | list[Path], at_step: int, sig: int):
+    """Start `command`, send `sig` once `out/metrics.jsonl` (every one, given a list of run
+    directories) has logged `at_step`; returns the exited process with `stdout_text` and
+    `stderr_text`."""
     proc = subprocess.Popen(
         command, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    outs = out if isinstance(out, list) else [out]
     deadline = time.monotonic() + 600
-    while max(steps_logged(out), default=-99) < at_step:
+    while min(max(steps_logged(o), default=-99) for o in outs) < at_step:
         if proc.poll() is not None or time.monotonic() > deadline:
             break
         time.sleep(0.05)

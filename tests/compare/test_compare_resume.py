@@ -132,17 +132,18 @@ def test_ctrl_c_in_compare_exits_130_and_the_rerun_resumes_the_cell(tmp_path):
 
 def test_sigterm_to_a_parallel_compare_checkpoints_every_running_cell(tmp_path):
     out = tmp_path / "cmp"
-    # 60 steps: a cell must still be running when the other logs its step 1, however late
-    # a loaded machine starts it (with 8, one cell finished before the other reached step 1
-    # in a fresh-clone run, and so was never stopped)
-    args = ["--recipes", "grpo,dr_grpo", "--steps", "60", "--jobs", "2", "--out", str(out)]
-    first = out / "cells" / "grpo-seed0"
+    # The signal goes once BOTH cells have logged step 1, and 1,000 steps leave neither
+    # near its end by then. Signalling at the first cell's step 1 raced: under load one
+    # cell started ~20 s late, and the other had finished first (8 steps, then even 60).
+    steps = 1000
+    args = ["--recipes", "grpo,dr_grpo", "--steps", str(steps), "--jobs", "2", "--out", str(out)]
+    cells = [out / "cells" / name for name in ("grpo-seed0", "dr_grpo-seed0")]
     stopped = start_and_signal(
-        rlvr_command("compare", *args, *SMALL_SETS), first, 1, signal.SIGTERM
+        rlvr_command("compare", *args, *SMALL_SETS), cells, 1, signal.SIGTERM
     )
     assert stopped.returncode == 130, stopped.stderr_text
     assert "Traceback" not in stopped.stderr_text
-    for name in ("grpo-seed0", "dr_grpo-seed0"):  # the workers were stopped too
-        cell = out / "cells" / name
-        assert max(steps_logged(cell), default=-1) < 60 and not (cell / "summary.json").exists()
+    for cell in cells:  # the workers were stopped too
+        logged = max(steps_logged(cell), default=-1)
+        assert 1 <= logged < steps and not (cell / "summary.json").exists()
     assert _invocations(out)[-1]["status"] == "interrupted"
