@@ -53,9 +53,9 @@ def test_disabled_it_says_nothing(clock):
 
 
 def test_seconds_read_as_minutes_and_hours():
-    assert progress_module._seconds(59.4) == "59 s"
-    assert progress_module._seconds(185) == "3 min 05 s"
-    assert progress_module._seconds(3720) == "1 h 02 min"
+    assert progress_module.duration(59.4) == "59 s"
+    assert progress_module.duration(185) == "3 min 05 s"
+    assert progress_module.duration(3720) == "1 h 02 min"
 
 
 def test_rlvr_eval_shows_its_progress_and_a_closing_line(tmp_path, monkeypatch, capsys):

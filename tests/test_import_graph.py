@@ -95,7 +95,7 @@ ROOMS: dict[str, set[str]] = {
     "vision": {"checks"},
     "models": {"checks", "vision"},
     "rollout": {"checks", "models", "envs", "tools", "verify", "vision"},
-    "warmstart": {"checks", "models", "rollout", "tasks", "verify", "vision"},
+    "warmstart": {"checks", "models", "rollout", "runlog", "tasks", "verify", "vision"},
     "algo": {"checks"},
     "runlog": {"checks"},
     "parts": {"checks", "envs", "models", "rewards", "rollout", "tasks", "tools", "verify"}

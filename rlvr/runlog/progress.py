@@ -71,7 +71,7 @@ def progress_bar(total: int, enabled: bool, desc: str = "train", initial: int = 
     return StepBar(total, enabled, desc, initial)
 
 
-def _seconds(value: float) -> str:
+def duration(value: float) -> str:
     """12 s, 3 min 05 s, 1 h 02 min."""
     value = round(value)
     if value < 60:
@@ -149,11 +149,11 @@ class Progress:
     def status(self) -> str:
         """'120/300 steps, 1 min 02 s elapsed, ETA 1 min 33 s'."""
         elapsed = time.perf_counter() - self.started
-        head = f"{self.done}/{self.total} {self.unit}s, {_seconds(elapsed)} elapsed"
+        head = f"{self.done}/{self.total} {self.unit}s, {duration(elapsed)} elapsed"
         ran = self.done - self.initial  # in this much time
         if ran <= 0 or self.done >= self.total:
             return head
-        return head + f", ETA {_seconds(elapsed / ran * (self.total - self.done))}"
+        return head + f", ETA {duration(elapsed / ran * (self.total - self.done))}"
 
     def close(self, closing: str = "", line: bool = True) -> None:
         """End the bar; the closing line says how much was done, in how long, and
@@ -163,7 +163,7 @@ class Progress:
         elapsed = time.perf_counter() - self.started
         if line and elapsed >= self.after_s:
             self.say(
-                f"{self.desc}: done, {self.done} {self.unit}s in {_seconds(elapsed)}"
+                f"{self.desc}: done, {self.done} {self.unit}s in {duration(elapsed)}"
                 + (f"; {closing}" if closing else "")
             )
 
@@ -230,12 +230,12 @@ class Timed:
 
     def status(self) -> str:
         """'31 s elapsed, ETA 9 s (at the last call's rate)'."""
-        head = f"{_seconds(self.elapsed)} elapsed"
+        head = f"{duration(self.elapsed)} elapsed"
         if self.expected_s is None:
             return head
         if self.elapsed >= self.expected_s:
-            return head + f", past the {_seconds(self.expected_s)} the last call's rate gave"
-        return head + f", ETA {_seconds(self.expected_s - self.elapsed)} (at the last call's rate)"
+            return head + f", past the {duration(self.expected_s)} the last call's rate gave"
+        return head + f", ETA {duration(self.expected_s - self.elapsed)} (at the last call's rate)"
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
@@ -245,7 +245,7 @@ class Timed:
         if self._bar is not None:
             self._bar.close()
         if self.shown or self.elapsed >= self.after_s:  # long, if between two ticks
-            tqdm.write(f"{self.desc}: done in {_seconds(self.elapsed)}", file=self.file)
+            tqdm.write(f"{self.desc}: done in {duration(self.elapsed)}", file=self.file)
 
 
 def _postfix(values: dict[str, object]) -> str:

@@ -46,6 +46,7 @@ from rlvr.models.tokenizer import CharTokenizer
 from rlvr.rollout.base import SamplingParams
 from rlvr.rollout.episodes import generate_for
 from rlvr.rollout.hf_engine import HFEngine
+from rlvr.runlog.progress import duration
 from rlvr.tasks import TASKS, Problem, Task, make_task
 
 FORMAT_VERSION = 3
@@ -236,8 +237,7 @@ class _Progress:
     """A bar on a terminal; elsewhere (logs, CI, pipes) one plain line per dev check, with
     the ETA to the step cap (an upper bound: the target usually ends it sooner). Both open
     with what the warm start stops at; `_train_and_cache` closes with where it is cached.
-    (rlvr.runlog.progress.Progress does the same for other long work; warmstart may not
-    import runlog.)"""
+    Durations read as `rlvr.runlog.progress` writes them (`duration`)."""
 
     def __init__(self, desc: str, total: int, enabled: bool, target: str, every: int) -> None:
         self.desc, self.total, self.enabled = desc, total, enabled
@@ -272,16 +272,6 @@ class _Progress:
                 file=sys.stderr,
                 flush=True,
             )
-
-
-def duration(seconds: float) -> str:
-    """`seconds` as a person reads it: 42s, 7m 05s, 1h 02m."""
-    s = round(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60:02d}s"
-    return f"{s // 3600}h {s % 3600 // 60:02d}m"
 
 
 def _batches(problems: list[Problem], batch_size: int, rng: random.Random):

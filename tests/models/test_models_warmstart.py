@@ -181,17 +181,3 @@ def test_progress_is_printed_as_lines_off_a_terminal(tmp_path, capsys):
     assert all(" dev_acc " in line and " elapsed " in line for line in lines)
     assert lines[0].endswith("s to go")  # the ETA to the cap
     assert "dev accuracy" in last and f"cached at {tmp_path}" in last
-
-
-def test_durations_read_as_a_person_says_them():
-    from rlvr.warmstart.supervised import duration
-
-    assert [duration(t) for t in (0.4, 42, 59.6, 425, 3599, 3720, 80_000)] == [
-        "0s",
-        "42s",
-        "1m 00s",
-        "7m 05s",
-        "59m 59s",
-        "1h 02m",
-        "22h 13m",
-    ]
