@@ -120,10 +120,11 @@ def _children() -> set[int]:
     found = set()
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            # Bytes: a process's name (in brackets) may be any bytes, not UTF-8.
+            fields = stat.read_bytes().rsplit(b")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == os.getpid() and fields[0] != "Z":
+        if int(fields[1]) == os.getpid() and fields[0] != b"Z":
             found.add(int(stat.parent.name))
     return found
 
@@ -149,10 +150,10 @@ def _assert_only_idle_workers_left(before: set[int], pool, idle: int) -> None:
 
 def _alive(pid: int) -> bool:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
     except OSError:
         return False
-    return state != "Z"
+    return state != b"Z"
 
 
 def _episodes(how: str, episode: dict, **options):
