@@ -3,7 +3,7 @@ budget (`memory_budget_gib`): the rows whose saved activations fit in what the w
 gradients and optimizer state leave of it, never more than `micro_batch_size`.
 
 A real model's step is bounded by the activations autograd keeps for the backward: on
-SmolLM2-135M (30 layers), 32 rows of ~120 tokens keep about 6 GB, and a tool run of longer
+SmolLM2-135M (30 layers), 32 rows of ~120 tokens keep about 5 GB, and a tool run of longer
 episodes peaked at 16 GB with every row in one micro-batch. The loss is the same however
 the rows are split (the normalisers are global, `rlvr.algo.loss`), so fewer rows per
 micro-batch changes only float rounding and time, never the update.
@@ -19,12 +19,13 @@ FLOAT32 = 4
 
 def saved_floats_per_token(config: Any, keys: int) -> int:
     """Floats a Llama-family layer stack keeps for the backward per token, with attention
-    over `keys` positions (an upper count of the tensors autograd saves, per layer):
+    over `keys` positions (an upper count of the tensors autograd saves per layer in the
+    fused forward, `rlvr.models.fused_llama`, whose SwiGLU recomputes silu(gate)):
 
         6·H                     residual inputs, the two RMSNorm inputs and outputs, o_proj's input
       + 2·(n_q + 2·n_kv)·D      the fused q/k/v output, and q/k after the rotary positions
       + n_q·keys                the attention probabilities
-      + 4·I                     the gate/up output, silu(gate), its product with up, down's input
+      + 3·I                     the gate/up output, and their product (down's input)
 
     times the layers, plus 2·H for the final norm. H = hidden size, I = intermediate size,
     D = head dimension, n_q/n_kv = query/key-value heads. The LM head's logits are not
@@ -34,7 +35,7 @@ def saved_floats_per_token(config: Any, keys: int) -> int:
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     intermediate = getattr(config, "intermediate_size", None) or 4 * hidden
-    per_layer = 6 * hidden + 2 * (heads + 2 * kv_heads) * head_dim + heads * keys + 4 * intermediate
+    per_layer = 6 * hidden + 2 * (heads + 2 * kv_heads) * head_dim + heads * keys + 3 * intermediate
     return config.num_hidden_layers * per_layer + 2 * hidden
 
 

@@ -30,9 +30,9 @@ SMALL = SimpleNamespace(
 
 
 def test_saved_floats_per_token_by_hand():
-    # Per layer, attending to 5 keys: 6·8 = 48; 2·(2 + 2·1)·4 = 32; 2·5 = 10; 4·16 = 64;
-    # 154 per layer, 308 for both, plus 2·8 for the final norm: 324.
-    assert saved_floats_per_token(SMALL, keys=5) == 324
+    # Per layer, attending to 5 keys: 6·8 = 48; 2·(2 + 2·1)·4 = 32; 2·5 = 10; 3·16 = 48;
+    # 138 per layer, 276 for both, plus 2·8 for the final norm: 292.
+    assert saved_floats_per_token(SMALL, keys=5) == 292
 
 
 def test_resident_bytes_by_hand():
@@ -44,10 +44,10 @@ def test_resident_bytes_by_hand():
 
 @pytest.mark.parametrize(
     ("budget", "cap", "rows"),
-    [(3 * 6480, 64, 3), (3 * 6480 - 1, 64, 2), (0, 64, 1), (10 * 6480, 4, 4)],
+    [(3 * 5840, 64, 3), (3 * 5840 - 1, 64, 2), (0, 64, 1), (10 * 5840, 4, 4)],
 )
 def test_rows_that_fit(budget, cap, rows):
-    # A row of 5 tokens keeps 5·324 floats, 4 bytes each: 6,480 B.
+    # A row of 5 tokens keeps 5·292 floats, 4 bytes each: 5,840 B.
     assert micro_batch_rows(SMALL, 5, budget, cap) == rows
 
 
