@@ -210,6 +210,15 @@ def head_logprobs(
     LM-head product. Every position's numbers are the unchunked ones up to the float
     rounding of a row-subset matrix product (tests/models prove it)."""
     vocab = model.get_output_embeddings().weight.shape[0]
+    if frozen_head_applies(model, hidden, fp32_head, return_entropy and entropy_grad):
+        return FrozenHeadLogprobs.apply(
+            hidden,
+            targets,
+            model.get_output_embeddings(),
+            model.config,
+            temperature,
+            return_entropy,
+        )
 
     def head(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
         logits = lm_head_logits(model, h, fp32_head) / temperature
@@ -232,6 +241,75 @@ def head_logprobs(
         for h, t in chunks
     ]
     return tuple(torch.cat(column).view(targets.shape) for column in zip(*parts, strict=True))
+
+
+def frozen_head_applies(
+    model: torch.nn.Module, hidden: torch.Tensor, fp32_head: bool, entropy_grad: bool
+) -> bool:
+    """Whether `FrozenHeadLogprobs` computes the head: gradients wanted for the hidden
+    states only (a plain `nn.Linear` head whose weights do not train, as under LoRA), no
+    gradient through the entropy, float32 logits, and no logit processing but the image
+    placeholder (whose probability is exactly 0: exp(−1e9) underflows)."""
+    head = model.get_output_embeddings()
+    return (
+        torch.is_grad_enabled()
+        and hidden.requires_grad
+        and not entropy_grad
+        and type(head) is torch.nn.Linear
+        and not any(p.requires_grad for p in head.parameters())
+        and (
+            fp32_head
+            or (hidden.dtype == torch.float32 and not torch.is_autocast_enabled(hidden.device.type))
+        )
+        and all(
+            getattr(model.config, name, None) is None
+            for name in ("logit_scale", "logits_scaling", "final_logit_softcapping")
+        )
+    )
+
+
+class FrozenHeadLogprobs(torch.autograd.Function):
+    """log π(target) = z_target − logsumexp(z), z = (W·h + b) / T, for hidden states `h`
+    (..., H) under a head whose weights W (V, H) do not train, with the gradient for `h`
+    computed in the forward instead of recomputing the logits in the backward:
+
+        ∂ log π(t) / ∂h = (W_t − Σ_v p_v W_v) / T = (W_t − pᵀW) / T,    p = softmax(z),
+
+    one (positions, H) tensor `e` kept for the backward, which is then dh = g · e. Per
+    chunk of positions that costs two products with W (z, and pᵀW), where autograd with
+    `checkpoint` costs three (z; z again in the backward; dz·W), and no logits are kept.
+    The log-probs (and entropy) are the checkpointed path's bit for bit; the gradient equals
+    autograd's up to the order of the float sums (tests/models/test_models_logprobs.py)."""
+
+    @staticmethod
+    def forward(ctx, hidden, targets, head, config, temperature, return_entropy):
+        flat = hidden.detach().reshape(-1, hidden.shape[-1])
+        weight = head.weight.float()
+        rows = max(1, CHUNK_VALUES // weight.shape[0])
+        logprobs, entropies, slopes = [], [], []
+        with torch.no_grad(), full_precision(hidden.device):
+            bias = None if head.bias is None else head.bias.float()
+            for h, t in zip(flat.split(rows), targets.reshape(-1).split(rows), strict=True):
+                z = process_logits(config, F.linear(h.float(), weight, bias)) / temperature
+                logprobs.append(gathered_logprobs(z, t))
+                if return_entropy:
+                    entropies.append(chunked_entropy(z))
+                p = z.softmax(-1)
+                slopes.append((weight[t] - p @ weight) / temperature)
+        ctx.save_for_backward(torch.cat(slopes))
+        ctx.hidden_shape, ctx.hidden_dtype = hidden.shape, hidden.dtype
+        logprob = torch.cat(logprobs).view(targets.shape)
+        if not return_entropy:
+            return (logprob,)
+        entropy = torch.cat(entropies).view(targets.shape)
+        ctx.mark_non_differentiable(entropy)
+        return logprob, entropy
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        (slopes,) = ctx.saved_tensors
+        dh = grad.reshape(-1, 1).float() * slopes
+        return dh.to(ctx.hidden_dtype).view(ctx.hidden_shape), None, None, None, None, None
 
 
 def _logprobs_of_logits(
