@@ -12,9 +12,11 @@ import string
 import time
 from collections import defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
+
+from rlvr.train.config import TrainConfig
 
 SIZES = {  # name: (hidden, layers, heads, intermediate)
     "3m": (256, 4, 4, 768),
@@ -23,20 +25,22 @@ SIZES = {  # name: (hidden, layers, heads, intermediate)
 CHARS = string.ascii_lowercase + string.digits + "+-*=() ."  # 44 + 2 specials + 4 spare
 PAD, EOS = 0, 1
 LR = 1e-5
+# rlvr's default `memory_budget_gib`, read from the config rather than copied.
+DEFAULT_BUDGET = next(f.default for f in fields(TrainConfig) if f.name == "memory_budget_gib")
 
 
 @dataclass(frozen=True)
 class Work:
     """What `--model`, `--prompts`, `--lora`, `--beta` and `--memory-budget` change (the
     defaults: the tiny models' work as before). `memory_budget` is rlvr's
-    `memory_budget_gib` (its default, 8): rlvr's training micro-batches are as many rows as
+    `memory_budget_gib` (its default unless given): rlvr's training micro-batches are as many rows as
     it lets the trainer take; 0 means no budget (every row in one micro-batch)."""
 
     model: str | None = None
     prompts: int = 8
     lora: int = 0
     beta: float = 0.0
-    memory_budget: float = 8.0
+    memory_budget: float = DEFAULT_BUDGET
 
     def flags(self) -> list[str]:
         """The same work for a contestant's process."""

@@ -92,8 +92,9 @@ class TrainConfig:
         "lower the rows per training micro-batch so the saved activations of its longest "
         "row, with the weights, gradients and AdamW state, fit in this many GiB "
         "(rlvr/train/memory_budget.py; train/micro_batch_rows logs the rows used); null: "
-        "always micro_batch_size rows",
-        8.0,
+        "always micro_batch_size rows (on a GPU, raise it toward the device's memory: more rows "
+        "per micro-batch, fewer passes)",
+        4.0,
     )
     critic_lr: float = _doc("critic learning rate (critic recipes)", 1e-3)
     eval_every: int = _doc("evaluate every N steps (also before the first and after the last)", 10)

@@ -17,10 +17,11 @@ GIB = 1 << 30
 FLOAT32 = 4
 
 
-def saved_floats_per_token(config: Any, keys: int) -> int:
+def saved_floats_per_token(config: Any, keys: int, fused: bool = True) -> int:
     """Floats a Llama-family layer stack keeps for the backward per token, with attention
     over `keys` positions (an upper count of the tensors autograd saves per layer in the
-    fused forward, `rlvr.models.fused_llama`, whose SwiGLU recomputes silu(gate)):
+    fused forward, `rlvr.models.fused_llama`, whose SwiGLU recomputes silu(gate); a model
+    that runs its own forward (`fused` False) keeps silu(gate) too: 4·I):
 
         6·H                     residual inputs, the two RMSNorm inputs and outputs, o_proj's input
       + 2·(n_q + 2·n_kv)·D      the fused q/k/v output, and q/k after the rotary positions
@@ -35,7 +36,8 @@ def saved_floats_per_token(config: Any, keys: int) -> int:
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     intermediate = getattr(config, "intermediate_size", None) or 4 * hidden
-    per_layer = 6 * hidden + 2 * (heads + 2 * kv_heads) * head_dim + heads * keys + 3 * intermediate
+    per_layer = 6 * hidden + 2 * (heads + 2 * kv_heads) * head_dim + heads * keys
+    per_layer += (3 if fused else 4) * intermediate
     return config.num_hidden_layers * per_layer + 2 * hidden
 
 
@@ -46,10 +48,12 @@ def resident_bytes(parameters: int, trainable: int, reference_copy: bool) -> int
     return FLOAT32 * parameters * (2 if reference_copy else 1) + 3 * FLOAT32 * trainable
 
 
-def micro_batch_rows(config: Any, tokens_per_row: int, activation_bytes: int, cap: int) -> int:
+def micro_batch_rows(
+    config: Any, tokens_per_row: int, activation_bytes: int, cap: int, fused: bool = True
+) -> int:
     """The most rows (at least 1, at most `cap`) whose saved activations, each of
     `tokens_per_row` tokens attending to as many keys, fit in `activation_bytes`."""
-    per_row = FLOAT32 * tokens_per_row * saved_floats_per_token(config, tokens_per_row)
+    per_row = FLOAT32 * tokens_per_row * saved_floats_per_token(config, tokens_per_row, fused)
     return max(1, min(cap, activation_bytes // max(per_row, 1)))
 
 

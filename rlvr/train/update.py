@@ -19,6 +19,7 @@ from rlvr.algo.loss import MISMATCH_MAX
 from rlvr.algo.objective import PreparedBatch, step_weights
 from rlvr.algo.recipes import Recipe
 from rlvr.algo.registry import SURROGATES
+from rlvr.models.fused_llama import supports
 from rlvr.models.logprobs import response_logprobs
 from rlvr.models.precision import autocast, model_device
 from rlvr.train.memory_budget import micro_batch_rows
@@ -52,7 +53,9 @@ def micro_batch_size(settings: UpdateSettings, model: torch.nn.Module, rollout: 
     if settings.activation_bytes is None or not hasattr(config, "num_attention_heads"):
         return settings.micro_batch_size
     tokens = max(map(len, rollout.prompt_ids)) + rollout.response_ids.shape[1]
-    return micro_batch_rows(config, tokens, settings.activation_bytes, settings.micro_batch_size)
+    return micro_batch_rows(
+        config, tokens, settings.activation_bytes, settings.micro_batch_size, supports(model)
+    )
 
 
 def minibatch_rows(
