@@ -207,9 +207,19 @@ def head_logprobs(
     exceed `CHUNK_VALUES`, positions are taken in chunks of `CHUNK_VALUES // V`, and with
     gradients on each chunk runs under `torch.utils.checkpoint`: its logits are freed after
     the forward and recomputed (one chunk at a time) in the backward, which costs one more
-    LM-head product. Every position's numbers are the unchunked ones up to the float
+    LM-head product; a head that does not train (LoRA's) needs no recompute
+    (`FrozenHeadLogprobs`). Every position's numbers are the unchunked ones up to the float
     rounding of a row-subset matrix product (tests/models prove it)."""
     vocab = model.get_output_embeddings().weight.shape[0]
+
+    def head(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        logits = lm_head_logits(model, h, fp32_head) / temperature
+        return _logprobs_of_logits(logits, t, return_entropy, entropy_grad)
+
+    rows = max(1, CHUNK_VALUES // vocab)
+    if targets.numel() <= rows:
+        return head(hidden, targets)
+    # Chunks that autograd would recompute: a head that does not train needs no recompute.
     if frozen_head_applies(model, hidden, fp32_head, return_entropy and entropy_grad):
         return FrozenHeadLogprobs.apply(
             hidden,
@@ -219,14 +229,6 @@ def head_logprobs(
             temperature,
             return_entropy,
         )
-
-    def head(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        logits = lm_head_logits(model, h, fp32_head) / temperature
-        return _logprobs_of_logits(logits, t, return_entropy, entropy_grad)
-
-    rows = max(1, CHUNK_VALUES // vocab)
-    if targets.numel() <= rows:
-        return head(hidden, targets)
     recompute = torch.is_grad_enabled()
     chunks = zip(
         hidden.reshape(-1, hidden.shape[-1]).split(rows),

@@ -77,12 +77,12 @@ class _HeadProducts(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("chunk_values", [lp.CHUNK_VALUES, 60])
+@pytest.mark.parametrize("chunk_values", [300, 60])
 def test_equals_autograd_through_the_checkpointed_head(monkeypatch, chunk_values):
-    """Whole (960 logits under the default budget) and in chunks of 3 positions (60): the
-    log-probs and entropies are the checkpointed path's bit for bit (the same products and
-    reductions), every trained parameter's gradient equal within the float reordering of
-    one more sum over the vocabulary and the positions."""
+    """48 positions in chunks of 15 (300 logits) and of 3 (60): the log-probs and entropies
+    are the checkpointed path's bit for bit (the same products and reductions), every
+    trained parameter's gradient equal within the float reordering of one more sum over
+    the vocabulary and the positions."""
     monkeypatch.setattr(lp, "CHUNK_VALUES", chunk_values)
     model, config = _frozen_head_model()
     assert lp.frozen_head_applies(model, torch.ones(1, requires_grad=True), False, False)
@@ -115,6 +115,20 @@ def test_two_products_with_the_head_instead_of_three(monkeypatch):
     chunks = 16
     # The entropy (logged, no gradient) is computed from each chunk's logits: no product.
     assert counts == [2 * chunks, 3 * chunks]
+
+
+def test_a_head_small_enough_for_one_chunk_keeps_autograd(monkeypatch):
+    """Whole logits (960 values within the default chunk) have no recompute to save: the
+    path, and so every number of a small-vocabulary LoRA run, stays autograd's."""
+    model, _ = _frozen_head_model()
+    calls = []
+    monkeypatch.setattr(lp.FrozenHeadLogprobs, "apply", lambda *a: calls.append(a))
+    _logprobs_entropy_and_grads(model)
+    assert calls == []
+    monkeypatch.setattr(lp, "CHUNK_VALUES", 60)
+    with pytest.raises(TypeError):  # the spy returns None: the path was taken
+        _logprobs_entropy_and_grads(model)
+    assert len(calls) == 1
 
 
 def test_a_head_that_trains_or_an_entropy_gradient_takes_autograd():
