@@ -6,6 +6,7 @@ reproduce (acting dropout, DoRA, merged adapters) keeps the model's own forward.
 
 import pytest
 import torch
+import torch.nn.functional as F
 from peft import LoraConfig, get_peft_model
 from rounding_testlib import LOGIT_SCALE, forward_terms, reorder_atol
 from test_models_fused_llama import PAD, batch, llama_gqa, per_row_reference, qwen2
@@ -126,3 +127,41 @@ def test_what_the_fused_forward_cannot_reproduce_keeps_the_models_own_forward():
     assert not supports(merged)
     # peft's wrapper has no `embed_tokens` on its base model; rlvr attaches the adapted model.
     assert not supports(get_peft_model(qwen2(), LoraConfig(r=RANK, target_modules=["q_proj"])))
+
+
+@pytest.mark.parametrize("build", [qwen2, llama_gqa])
+def test_the_in_place_low_rank_sum_is_the_out_of_place_one_bit_for_bit(build, monkeypatch):
+    """`_project` adds B·(A·x) into W·x in place: log-probs and every adapter's gradient
+    equal those of `y + B·(A·x)` exactly (a float addition is the same either way)."""
+    from rlvr.models import fused_llama
+
+    model = with_lora(build())
+    added_in_place = []
+    add_ = torch.Tensor.add_
+
+    def spy(self, other):
+        added_in_place.append(self.shape)
+        return add_(self, other)
+
+    def logprobs_and_grads():
+        model.zero_grad()
+        logprobs = response_logprobs(model, *batch(), PAD)
+        logprobs.sum().backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.requires_grad]
+        return logprobs.detach(), grads
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.Tensor, "add_", spy)
+        got, got_grads = logprobs_and_grads()
+    assert added_in_place  # the in-place path ran
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            fused_llama,
+            "_project",
+            lambda x, w, b, low: (
+                F.linear(x, w, b) + (0 if low is None else F.linear(F.linear(x, low[0]), low[1]))
+            ),
+        )
+        want, want_grads = logprobs_and_grads()
+    assert torch.equal(got, want) and all(g.abs().max() > 0 for g in want_grads)
+    assert all(torch.equal(a, b) for a, b in zip(got_grads, want_grads, strict=True))
