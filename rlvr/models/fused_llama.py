@@ -221,6 +221,21 @@ def _fused(layer: torch.nn.Module, cast: torch.dtype | None, adapters: bool) -> 
     )
 
 
+def fused_copy_floats(model: torch.nn.Module) -> int:
+    """Floats a training forward's `begin` copies out of the weights, held until each
+    layer's backward: the q/k/v and gate/up projections concatenated (`_fused`; o and down
+    are used as they are). Under bf16 autocast every projection is cast instead, at half
+    the bytes: fewer than these float32 ones. 0 for a model on its own forward."""
+    if not supports(model):
+        return 0
+    total = 0
+    for layer in model.base_model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        fused = (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj)
+        total += sum(_base(m).weight.numel() for m in fused)
+    return total
+
+
 def _extend(cache: torch.Tensor, new: torch.Tensor, col: int) -> torch.Tensor:
     """The keys (or values) (B, Hkv, col + S, D) that queries at columns [col, col + S)
     attend to: the cached columns [0, col), then `new` (B, Hkv, S, D). A cache wider than

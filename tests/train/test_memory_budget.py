@@ -10,6 +10,7 @@ import torch
 from rounding_testlib import assert_within, forward_terms, reorder_atol
 from test_train_loop import RecordingOptimizer
 
+from rlvr.models.fused_llama import fused_copy_floats
 from rlvr.train import Trainer
 from rlvr.train.memory_budget import (
     GIB,
@@ -67,6 +68,7 @@ def test_a_budget_that_splits_the_batch_leaves_the_gradient_as_it_was(small_conf
             params = sum(p.numel() for p in trainer.model.parameters())
             copy = isinstance(trainer.reference, torch.nn.Module)  # a frozen π_ref
             resident = resident_bytes(params, params, reference_copy=copy)
+            resident += 4 * fused_copy_floats(trainer.model)  # the fused forward's weight copy
             cfg = small_config(
                 steps=1,
                 max_grad_norm=0.0,
@@ -89,3 +91,21 @@ def test_bad_budgets_are_named(small_config):
     for bad in (0, -1.0, "8GB"):
         with pytest.raises(ValueError, match="memory_budget_gib must be"):
             small_config(memory_budget_gib=bad)
+
+
+def test_the_fused_forwards_weight_copy_is_held_against_the_budget():
+    """Hidden 32, 2 query heads and 1 key-value head of 16, I 512, 2 layers: the training
+    forward concatenates q, k, v (32·32 + 2·16·32 = 2,048) and gate, up (2·512·32 = 32,768)
+    per layer, 34,816; both layers 69,632 floats, 4 bytes each, off the activations'."""
+    from rlvr.models import build_tiny_policy, tiny_qwen2_config
+    from rlvr.train.memory_budget import activation_budget
+
+    config = tiny_qwen2_config(vocab_size=20, hidden=32, layers=2, heads=2, kv_heads=1)
+    model = build_tiny_policy(config, seed=0)
+    params = sum(p.numel() for p in model.parameters())
+    resident = resident_bytes(params, params, reference_copy=False)
+    assert fused_copy_floats(model) == 69_632
+    assert activation_budget(1.0, model, reference_copy=False) == GIB - resident - 4 * 69_632
+    model.model.gradient_checkpointing = True  # its own forward: no copy
+    assert fused_copy_floats(model) == 0
+    assert activation_budget(1.0, model, reference_copy=False) == GIB - resident
