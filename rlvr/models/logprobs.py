@@ -277,11 +277,11 @@ class FrozenHeadLogprobs(torch.autograd.Function):
 
         ∂ log π(t) / ∂h = (W_t − Σ_v p_v W_v) / T = (W_t − pᵀW) / T,    p = softmax(z),
 
-    one (positions, H) tensor `e` kept for the backward, which is then dh = g · e. Per
+    one (positions, H) tensor kept for the backward, which is then dh = g · that. Per
     chunk of positions that costs two products with W (z, and pᵀW), where autograd with
     `checkpoint` costs three (z; z again in the backward; dz·W), and no logits are kept.
     The log-probs (and entropy) are the checkpointed path's bit for bit; the gradient equals
-    autograd's up to the order of the float sums (tests/models/test_models_logprobs.py)."""
+    autograd's up to the order of the float sums (tests/models/test_models_frozen_head.py)."""
 
     @staticmethod
     def forward(ctx, hidden, targets, head, config, temperature, return_entropy):
