@@ -19,14 +19,14 @@ def qwen2():
     return build_tiny_policy(tiny_qwen2_config(40, hidden=32, layers=2, heads=4, kv_heads=4), 0)
 
 
-def llama_gqa():
+def llama_gqa(layers: int = 2):
     torch.manual_seed(1)
     return LlamaForCausalLM(
         LlamaConfig(
             vocab_size=40,
             hidden_size=32,
             intermediate_size=64,
-            num_hidden_layers=2,
+            num_hidden_layers=layers,
             num_attention_heads=4,
             num_key_value_heads=2,
             max_position_embeddings=64,

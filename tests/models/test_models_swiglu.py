@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from test_models_fused_llama import PAD, batch, llama_gqa, qwen2
 from test_models_fused_llama_lora import with_lora
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from rlvr.models import fused_llama, response_logprobs
 from rlvr.models.precision import autocast, bf16_supported
@@ -160,24 +159,6 @@ def test_one_activation_of_intermediate_size_fewer_per_token_and_layer(
     assert before - after == 2 * 40 * 64 * width
 
 
-def tiny_llama(layers: int) -> LlamaForCausalLM:
-    torch.manual_seed(1)
-    return LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=40,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            pad_token_id=0,
-            eos_token_id=1,
-            bos_token_id=None,
-        )
-    )
-
-
 def test_the_budgets_count_is_at_least_what_a_layer_keeps():
     """What one layer more keeps (a 2-layer model's saved bytes less a 1-layer one's: the
     embedding, final norm, head and masks cancel), per token, is at most the layer's share
@@ -190,11 +171,11 @@ def test_the_budgets_count_is_at_least_what_a_layer_keeps():
     torch.manual_seed(3)
     ids, mask = torch.randint(2, 40, (3, steps)), torch.ones(3, steps)
     kept = [
-        saved_bytes(tiny_llama(layers), prompts, ids, mask, activations_only=True)
+        saved_bytes(llama_gqa(layers), prompts, ids, mask, activations_only=True)
         for layers in (1, 2)
     ]
     tokens = prompt_len + steps
-    per_layer = saved_floats_per_token(tiny_llama(2).config, tokens)
-    per_layer -= saved_floats_per_token(tiny_llama(1).config, tokens)
+    per_layer = saved_floats_per_token(llama_gqa(2).config, tokens)
+    per_layer -= saved_floats_per_token(llama_gqa(1).config, tokens)
     assert per_layer == 640
     assert (kept[1] - kept[0]) / 4 <= 3 * tokens * per_layer
