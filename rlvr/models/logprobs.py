@@ -275,7 +275,7 @@ class FrozenHeadLogprobs(torch.autograd.Function):
     (..., H) under a head whose weights W (V, H) do not train, with the gradient for `h`
     computed in the forward instead of recomputing the logits in the backward:
 
-        ∂ log π(t) / ∂h = (W_t − Σ_v p_v W_v) / T = (W_t − pᵀW) / T,    p = softmax(z),
+        ∂ log π(t) / ∂h = (W_t − Σ_v p_v W_v) / T = (W_t − pᵀW) / T,    p = exp(z − lse z),
 
     one (positions, H) tensor kept for the backward, which is then dh = g · that. Per
     chunk of positions that costs two products with W (z, and pᵀW), where autograd with
@@ -293,10 +293,11 @@ class FrozenHeadLogprobs(torch.autograd.Function):
             bias = None if head.bias is None else head.bias.float()
             for h, t in zip(flat.split(rows), targets.reshape(-1).split(rows), strict=True):
                 z = process_logits(config, F.linear(h.float(), weight, bias)) / temperature
-                logprobs.append(gathered_logprobs(z, t))
+                lse = z.logsumexp(-1)  # once, for the log-probs and p
+                logprobs.append(gathered_logprobs(z, t, lse))
                 if return_entropy:
                     entropies.append(chunked_entropy(z))
-                p = z.softmax(-1)
+                p = (z - lse[:, None]).exp_()
                 slopes.append((weight[t] - p @ weight) / temperature)
         ctx.save_for_backward(torch.cat(slopes))
         ctx.hidden_shape, ctx.hidden_dtype = hidden.shape, hidden.dtype
@@ -331,11 +332,14 @@ def _logprobs_of_logits(
 CHUNK_VALUES = 1 << 24
 
 
-def gathered_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def gathered_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor | None = None
+) -> torch.Tensor:
     """log softmax(logits)[target] = logits[target] − logsumexp(logits), (...,) from
-    (..., V) logits: the full log-softmax is never materialised (nor kept for backward)."""
+    (..., V) logits (`lse`: that logsumexp when the caller has it): the full log-softmax
+    is never materialised (nor kept for backward)."""
     picked = logits.gather(-1, targets[..., None]).squeeze(-1)
-    return picked - logits.logsumexp(-1)
+    return picked - (logits.logsumexp(-1) if lse is None else lse)
 
 
 def chunked_entropy(logits: torch.Tensor) -> torch.Tensor:
