@@ -208,26 +208,30 @@ def head_logprobs(
     gradients on each chunk runs under `torch.utils.checkpoint`: its logits are freed after
     the forward and recomputed (one chunk at a time) in the backward, which costs one more
     LM-head product; a head that does not train (LoRA's) needs no recompute
-    (`FrozenHeadLogprobs`). Every position's numbers are the unchunked ones up to the float
-    rounding of a row-subset matrix product (tests/models prove it)."""
+    (`FrozenHeadLogprobs`), and one that does (a full fine-tune's) recomputes with fewer
+    passes over the logits, the same numbers (`TrainedHeadLogprobs`). Every position's
+    numbers are the unchunked ones up to the float rounding of a row-subset matrix product
+    (tests/models prove it)."""
     vocab = model.get_output_embeddings().weight.shape[0]
 
     def head(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        logits = lm_head_logits(model, h, fp32_head) / temperature
+        logits = tempered(lm_head_logits(model, h, fp32_head), temperature)
         return _logprobs_of_logits(logits, t, return_entropy, entropy_grad)
 
     rows = max(1, CHUNK_VALUES // vocab)
     if targets.numel() <= rows:
         return head(hidden, targets)
-    # Chunks that autograd would recompute: a head that does not train needs no recompute.
-    if frozen_head_applies(model, hidden, fp32_head, return_entropy and entropy_grad):
+    # Chunks that autograd would recompute: a head that does not train needs no recompute,
+    # one that does needs fewer passes over each chunk's logits than autograd's.
+    entropy_grad = return_entropy and entropy_grad
+    head_module = model.get_output_embeddings()
+    if frozen_head_applies(model, hidden, fp32_head, entropy_grad):
         return FrozenHeadLogprobs.apply(
-            hidden,
-            targets,
-            model.get_output_embeddings(),
-            model.config,
-            temperature,
-            return_entropy,
+            hidden, targets, head_module, model.config, temperature, return_entropy
+        )
+    if trained_head_applies(model, hidden, fp32_head, entropy_grad):
+        return TrainedHeadLogprobs.apply(
+            hidden, targets, head_module.weight, model.config, temperature, return_entropy
         )
     recompute = torch.is_grad_enabled()
     chunks = zip(
@@ -245,6 +249,12 @@ def head_logprobs(
     return tuple(torch.cat(column).view(targets.shape) for column in zip(*parts, strict=True))
 
 
+def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits / T; at T = 1 the logits themselves (x / 1 is x exactly, so the same numbers
+    without a pass over positions × V values, nor one in the backward)."""
+    return logits if temperature == 1.0 else logits / temperature
+
+
 def frozen_head_applies(
     model: torch.nn.Module, hidden: torch.Tensor, fp32_head: bool, entropy_grad: bool
 ) -> bool:
@@ -254,11 +264,35 @@ def frozen_head_applies(
     placeholder (whose probability is exactly 0: exp(−1e9) underflows)."""
     head = model.get_output_embeddings()
     return (
-        torch.is_grad_enabled()
-        and hidden.requires_grad
-        and not entropy_grad
-        and type(head) is torch.nn.Linear
+        hidden.requires_grad
         and not any(p.requires_grad for p in head.parameters())
+        and _plain_head(model, hidden, fp32_head, entropy_grad)
+    )
+
+
+def trained_head_applies(
+    model: torch.nn.Module, hidden: torch.Tensor, fp32_head: bool, entropy_grad: bool
+) -> bool:
+    """Whether `TrainedHeadLogprobs` computes the head: as `frozen_head_applies`, but for a
+    bias-free head whose weight trains (a full fine-tune)."""
+    head = model.get_output_embeddings()
+    return (
+        type(head) is torch.nn.Linear
+        and head.bias is None
+        and head.weight.requires_grad
+        and _plain_head(model, hidden, fp32_head, entropy_grad)
+    )
+
+
+def _plain_head(
+    model: torch.nn.Module, hidden: torch.Tensor, fp32_head: bool, entropy_grad: bool
+) -> bool:
+    """A gradient is being taken through a plain `nn.Linear` head into float32 logits with
+    no processing but the image placeholder, and none through the entropy."""
+    return (
+        torch.is_grad_enabled()
+        and not entropy_grad
+        and type(model.get_output_embeddings()) is torch.nn.Linear
         and (
             fp32_head
             or (hidden.dtype == torch.float32 and not torch.is_autocast_enabled(hidden.device.type))
@@ -292,13 +326,13 @@ class FrozenHeadLogprobs(torch.autograd.Function):
         with torch.no_grad(), full_precision(hidden.device):
             bias = None if head.bias is None else head.bias.float()
             for h, t in zip(flat.split(rows), targets.reshape(-1).split(rows), strict=True):
-                z = process_logits(config, F.linear(h.float(), weight, bias)) / temperature
+                z = tempered(process_logits(config, F.linear(h.float(), weight, bias)), temperature)
                 lse = z.logsumexp(-1)  # once, for the log-probs and p
                 logprobs.append(gathered_logprobs(z, t, lse))
                 if return_entropy:
                     entropies.append(chunked_entropy(z))
                 p = (z - lse[:, None]).exp_()
-                slopes.append((weight[t] - p @ weight) / temperature)
+                slopes.append(tempered(weight[t] - p @ weight, temperature))
         ctx.save_for_backward(torch.cat(slopes))
         ctx.hidden_shape, ctx.hidden_dtype = hidden.shape, hidden.dtype
         logprob = torch.cat(logprobs).view(targets.shape)
@@ -313,6 +347,65 @@ class FrozenHeadLogprobs(torch.autograd.Function):
         (slopes,) = ctx.saved_tensors
         dh = grad.reshape(-1, 1).float() * slopes
         return dh.to(ctx.hidden_dtype).view(ctx.hidden_shape), None, None, None, None, None
+
+
+class TrainedHeadLogprobs(torch.autograd.Function):
+    """log π(target) = z_target − logsumexp(z), z = W·h / T, and the entropy, for hidden
+    states `h` (..., H) under a bias-free head whose weight W (V, H) trains: the
+    checkpointed path's numbers and products, with fewer passes over each chunk's logits.
+
+    The forward keeps each chunk's logsumexp, not its logits. The backward recomputes a
+    chunk's z and turns it into its gradient in place,
+
+        ∂ log π(t) / ∂z = onehot(t) − p,    p = exp(z − lse),
+
+    dz = −g·exp(z − lse) with g added at the target, which is autograd's
+    `grad · exp(self − result)` plus the gather's scatter, the same floats; then
+    dh = dz·W and dW = dzᵀ·h, summed over chunks from the last, the order in which autograd
+    adds the checkpointed chunks' gradients. So log-probs, entropy and every gradient are
+    the checkpointed path's bit for bit (tests/models/test_models_trained_head.py), and one
+    buffer of logits per chunk is alive where autograd's backward allocates several."""
+
+    @staticmethod
+    def forward(ctx, hidden, targets, weight, config, temperature, return_entropy):
+        flat = hidden.detach().reshape(-1, hidden.shape[-1]).float()
+        targets_flat = targets.reshape(-1)
+        rows = max(1, CHUNK_VALUES // weight.shape[0])
+        logprobs, entropies, lses = [], [], []
+        with torch.no_grad(), full_precision(hidden.device):
+            w = weight.float()
+            for h, t in zip(flat.split(rows), targets_flat.split(rows), strict=True):
+                z = tempered(process_logits(config, F.linear(h, w)), temperature)
+                lses.append(z.logsumexp(-1))
+                logprobs.append(gathered_logprobs(z, t, lses[-1]))
+                if return_entropy:
+                    entropies.append(chunked_entropy(z))
+        ctx.save_for_backward(flat, targets_flat, weight, torch.cat(lses))
+        ctx.config, ctx.temperature, ctx.rows = config, temperature, rows
+        ctx.hidden_shape, ctx.hidden_dtype = hidden.shape, hidden.dtype
+        logprob = torch.cat(logprobs).view(targets.shape)
+        if not return_entropy:
+            return (logprob,)
+        entropy = torch.cat(entropies).view(targets.shape)
+        ctx.mark_non_differentiable(entropy)
+        return logprob, entropy
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        flat, targets, weight, lse = ctx.saved_tensors
+        chunks = [c.split(ctx.rows) for c in (flat, targets, grad.reshape(-1).float(), lse)]
+        dh, dw = [], None
+        with full_precision(flat.device):
+            w = weight.float()
+            for h, t, g, chunk_lse in reversed(list(zip(*chunks, strict=True))):
+                z = tempered(process_logits(ctx.config, F.linear(h, w)), ctx.temperature)
+                dz = z.sub_(chunk_lse[:, None]).exp_().mul_(-g[:, None])
+                dz = tempered(dz.scatter_add_(-1, t[:, None], g[:, None]), ctx.temperature)
+                dh.append(dz.mm(w))
+                chunk_dw = dz.t().mm(h)
+                dw = chunk_dw if dw is None else dw + chunk_dw
+        grad_hidden = torch.cat(dh[::-1]).to(ctx.hidden_dtype).view(ctx.hidden_shape)
+        return grad_hidden, None, dw.to(weight.dtype), None, None, None
 
 
 def _logprobs_of_logits(
@@ -348,9 +441,14 @@ def chunked_entropy(logits: torch.Tensor) -> torch.Tensor:
     flat = logits.reshape(-1, logits.shape[-1])
     rows = max(1, CHUNK_VALUES // max(flat.shape[-1], 1))
     parts = []
+    floor = torch.finfo(flat.dtype).min  # 0·log 0 = 0, not 0·(−inf) = NaN
+    # Without a gradient the clamp and the product reuse their operands' memory: the
+    # same floats, two (positions × V) buffers fewer.
+    in_place = not (torch.is_grad_enabled() and logits.requires_grad)
     for chunk in flat.split(rows):
         log_probs = chunk.log_softmax(-1)
-        parts.append(
-            -(log_probs.exp() * log_probs.clamp(min=torch.finfo(log_probs.dtype).min)).sum(-1)
-        )
+        if in_place:
+            parts.append(-log_probs.exp().mul_(log_probs.clamp_(min=floor)).sum(-1))
+        else:
+            parts.append(-(log_probs.exp() * log_probs.clamp(min=floor)).sum(-1))
     return torch.cat(parts).reshape(logits.shape[:-1])

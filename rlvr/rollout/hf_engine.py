@@ -20,7 +20,7 @@ from transformers import DynamicCache
 
 from rlvr.models.context import context_length, response_limits
 from rlvr.models.fused_llama import left_pad, supports
-from rlvr.models.logprobs import lm_head_logits
+from rlvr.models.logprobs import lm_head_logits, tempered
 from rlvr.models.tokenizer import Tokenizer
 from rlvr.rollout.base import Generation, SamplingParams, TextPrompts
 from rlvr.rollout.static_decode import StaticDecoder
@@ -66,7 +66,7 @@ def sample_next(
     """One sampling step: tokens (B,) drawn from softmax(logits / T) cut to the top-k
     tokens, then to the top-p nucleus, renormalised, and their log-probs (B,) under that
     same distribution (what TIS must correct toward)."""
-    log_probs = (logits / params.temperature).log_softmax(-1)  # (B, V)
+    log_probs = tempered(logits, params.temperature).log_softmax(-1)  # (B, V)
     log_probs = top_k_log_probs(log_probs, params.top_k)
     log_probs = nucleus_log_probs(log_probs, params.top_p)
     token = torch.multinomial(log_probs.exp().to(generator.device), 1, generator=generator)

@@ -1,0 +1,156 @@
+"""The LM head of a full fine-tune (a head whose weight trains), chunked over positions:
+`TrainedHeadLogprobs` recomputes each chunk's logits in the backward as autograd's
+checkpointed path does, with fewer passes over them, and every number is that path's
+bit for bit."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rlvr.models import build_tiny_policy, response_logprobs, tiny_qwen2_config
+from rlvr.models import logprobs as lp
+
+PAD = 0
+VOCAB = 20
+
+
+def test_gradients_of_a_log_prob_by_hand():
+    # W rows e₁, e₂, e₁+e₂ and h = (0, 0): every logit 0, p = (⅓, ⅓, ⅓), log π(0) = −log 3.
+    # With T = 0.5 and an upstream gradient g = 3:
+    #   ∂/∂h = g·(W₀ − pᵀW)/T = 3·((1, 0) − (⅔, ⅔))/0.5 = (2, −4);
+    #   ∂/∂W = g·(onehot(0) − p)·hᵀ/T = 0, as h = 0;
+    # and at h = (1, 0) the logits are (2, 0, 2) (z = W·h/T), p = (e², 1, e²)/(2e² + 1):
+    #   ∂/∂W_v = g·(onehot(0)_v − p_v)·h/T, non-zero in W's first column only.
+    weight = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], requires_grad=True)
+    hidden = torch.zeros(1, 2, requires_grad=True)
+    (logprob,) = lp.TrainedHeadLogprobs.apply(
+        hidden, torch.tensor([0]), weight, SimpleNamespace(), 0.5, False
+    )
+    torch.testing.assert_close(logprob, -torch.tensor([3.0]).log())
+    (3 * logprob).sum().backward()
+    torch.testing.assert_close(hidden.grad, torch.tensor([[2.0, -4.0]]))
+    torch.testing.assert_close(weight.grad, torch.zeros(3, 2))
+
+    weight.grad = None
+    hidden = torch.tensor([[1.0, 0.0]], requires_grad=True)
+    (logprob,) = lp.TrainedHeadLogprobs.apply(
+        hidden, torch.tensor([0]), weight, SimpleNamespace(), 0.5, False
+    )
+    e2 = torch.tensor(2.0).exp()
+    p = torch.stack([e2, torch.tensor(1.0), e2]) / (2 * e2 + 1)
+    torch.testing.assert_close(logprob, (p[0]).log()[None])
+    (3 * logprob).sum().backward()
+    expected = torch.zeros(3, 2)
+    expected[:, 0] = 3 * (torch.tensor([1.0, 0.0, 0.0]) - p) / 0.5
+    torch.testing.assert_close(weight.grad, expected)
+
+
+def _policy(tied: bool):
+    config = tiny_qwen2_config(vocab_size=VOCAB, hidden=32, layers=2, heads=2, kv_heads=1)
+    config.tie_word_embeddings = tied
+    return build_tiny_policy(config, seed=0)
+
+
+def _logprobs_entropy_and_grads(model, temperature, rows=8, bf16=False):
+    """As the trainer's micro-step: the forward (under bf16 autocast with `bf16`), then
+    the backward outside autocast."""
+    torch.manual_seed(1)
+    response_ids = torch.randint(2, VOCAB, (rows, 6))
+    response_mask = torch.ones(rows, 6)
+    response_mask[1, 4:] = 0
+    model.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logprob, entropy = response_logprobs(
+            model,
+            [[5, 6, 7], [8, 9]] * (rows // 2),
+            response_ids,
+            response_mask,
+            PAD,
+            temperature=temperature,
+            return_entropy=True,
+            entropy_grad=False,
+        )
+    (logprob * torch.linspace(-1, 2, logprob.numel()).view(logprob.shape)).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logprob.detach(), entropy, grads
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("chunk_values", [300, 60])
+def test_equals_autograd_through_the_checkpointed_head_bit_for_bit(
+    monkeypatch, tied, temperature, chunk_values
+):
+    """48 positions in chunks of 15 (300 logits) and of 3 (60), the head tied to the
+    embedding or not: log-probs, entropies and every parameter's gradient (the head's
+    included, and with a tied head the embedding's rows added to it) are equal."""
+    monkeypatch.setattr(lp, "CHUNK_VALUES", chunk_values)
+    model = _policy(tied)
+    calls = []
+    apply = lp.TrainedHeadLogprobs.apply
+    monkeypatch.setattr(lp.TrainedHeadLogprobs, "apply", lambda *a: calls.append(1) or apply(*a))
+    fast = _logprobs_entropy_and_grads(model, temperature)
+    assert calls == [1]
+    monkeypatch.setattr(lp, "trained_head_applies", lambda *a: False)
+    slow = _logprobs_entropy_and_grads(model, temperature)
+    assert calls == [1]
+    assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
+    head = "model.embed_tokens.weight" if tied else "lm_head.weight"
+    assert fast[2].keys() == slow[2].keys() and head in fast[2]
+    for name, grad in slow[2].items():
+        assert torch.equal(fast[2][name], grad), name
+        assert grad.abs().max() > 0, name  # the comparison is not between zeros
+
+
+def test_under_bf16_autocast_with_an_fp32_head(monkeypatch):
+    """ScaleRL's FP32 head inside a bf16 forward: the head's products run in float32 both
+    ways (the checkpoint recomputes under the forward's autocast state, whose head turns
+    it off), the same numbers."""
+    monkeypatch.setattr(lp, "CHUNK_VALUES", 60)
+    model = _policy(tied=True)
+    fast = _logprobs_entropy_and_grads(model, 1.0, bf16=True)
+    monkeypatch.setattr(lp, "trained_head_applies", lambda *a: False)
+    slow = _logprobs_entropy_and_grads(model, 1.0, bf16=True)
+    assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
+    for name, grad in slow[2].items():
+        assert torch.equal(fast[2][name], grad), name
+
+
+def test_which_head_takes_which_path():
+    model = _policy(tied=False)
+    hidden = torch.ones(1, requires_grad=True)
+    assert lp.trained_head_applies(model, hidden, False, False)
+    assert not lp.frozen_head_applies(model, hidden, False, False)
+    assert not lp.trained_head_applies(model, hidden, False, entropy_grad=True)
+    with torch.no_grad():  # no gradient: the plain forward, nothing to recompute
+        assert not lp.trained_head_applies(model, hidden, False, False)
+    model.config.final_logit_softcapping = 30.0  # Gemma's cap: a gradient the formula lacks
+    assert not lp.trained_head_applies(model, hidden, False, False)
+    del model.config.final_logit_softcapping
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 logits unless fp32_head
+        assert not lp.trained_head_applies(model, hidden, False, False)
+        assert lp.trained_head_applies(model, hidden, True, False)
+    model.lm_head.bias = torch.nn.Parameter(torch.zeros(VOCAB))  # a bias: autograd's path
+    assert not lp.trained_head_applies(model, hidden, False, False)
+    del model.lm_head.bias
+    model.lm_head.bias = None
+    model.get_output_embeddings().weight.requires_grad_(False)  # LoRA's frozen head
+    assert not lp.trained_head_applies(model, hidden, False, False)
+    assert lp.frozen_head_applies(model, hidden, False, False)
+
+
+def test_a_temperature_of_one_divides_nothing():
+    logits = torch.randn(3, 5)
+    assert lp.tempered(logits, 1.0) is logits
+    torch.testing.assert_close(lp.tempered(logits, 0.5), logits * 2)
+
+
+def test_entropy_without_a_gradient_is_the_differentiable_one_bit_for_bit():
+    logits = torch.randn(7, 50) * 30
+    logits[0, :49] = float("-inf")  # one certain token: 0·log 0 = 0, not NaN
+    with torch.no_grad():
+        quick = lp.chunked_entropy(logits)
+    tracked = lp.chunked_entropy(logits.clone().requires_grad_())
+    assert torch.equal(quick, tracked.detach()) and quick[0] == 0
+    assert (quick[1:] > 0).all()
