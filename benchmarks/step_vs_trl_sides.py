@@ -19,6 +19,7 @@ from rlvr.models import response_logprobs
 from rlvr.models.hf_policy import reference_policy
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.train import update as rlvr_update
+from rlvr.train.allocation import allocate_adamw_state, keep_freed_pages
 from rlvr.train.memory_budget import activation_budget
 from rlvr.train.records.rollout_record import from_generation
 from rlvr.train.sampler.precision import sampling_engine
@@ -57,14 +58,16 @@ class RlvrSide:
             "bf16" if precision == "bf16" else "same",
         )
         trained = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(trained, lr=LR, weight_decay=0.0)
+        # As the trainer on a CPU: AdamW's state allocated up front, freed pages kept.
+        self.optimizer = allocate_adamw_state(torch.optim.AdamW(trained, lr=LR, weight_decay=0.0))
+        keep_freed_pages(next(model.parameters()).device)
         self.params = SamplingParams(group, 1.0, 1.0, tokens)
         pad = self.tokenizer.pad_token_id
         # As the trainer: micro-batches of as many rows as `memory_budget_gib` allows.
         budget = None
         if w.memory_budget > 0:
             copy = isinstance(self.reference, torch.nn.Module)  # LoRA's view holds no weights
-            budget = activation_budget(w.memory_budget, model, reference_copy=copy)
+            budget = activation_budget(w.memory_budget, model, copy, precision)
         self.settings = UpdateSettings(
             1,
             1,

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
+from rlvr.models.lean import CatLinear, SwiGLU, swiglu  # noqa: F401 (tests patch SwiGLU here)
 from rlvr.models.precision import autocast_dtype
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
@@ -141,14 +141,14 @@ def _low_rank(*modules: torch.nn.Module, enabled: bool) -> tuple[torch.Tensor, t
 
 
 def _project(
-    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, low: tuple | None
+    x: torch.Tensor, w: torch.Tensor | tuple, b: torch.Tensor | None, low: tuple | None
 ) -> torch.Tensor:
-    """W·x + b, plus the unmerged low-rank term B·(A·x) when an adapter trains, added into
+    """W·x + b (W given as the weights to concatenate: through `CatLinear`), plus the unmerged low-rank term B·(A·x) when an adapter trains, added into
     W·x + b in place: that fresh product is saved by no backward, and a second output as
     large (a LoRA step's gate/up: 32 rows × 64 tokens × 3072 floats, 25 MB a layer) costs
     a new allocation and its page faults (about 1 s of a 64-token SmolLM2 step). The same
     float additions as `y + low`: bit for bit (tests/models/test_models_fused_llama_lora.py)."""
-    y = F.linear(x, w, b)
+    y = CatLinear.apply(x, b, *w) if isinstance(w, tuple) else F.linear(x, w, b)
     if low is None:
         return y
     update = F.linear(F.linear(x, low[0]), low[1])
@@ -159,11 +159,11 @@ def _project(
 class _Layer:
     ln1: torch.Tensor
     ln2: torch.Tensor
-    qkv_w: torch.Tensor
+    qkv_w: torch.Tensor | tuple  # a tuple: the weights `CatLinear` concatenates
     qkv_b: torch.Tensor | None
     o_w: torch.Tensor
     o_b: torch.Tensor | None
-    gate_up_w: torch.Tensor
+    gate_up_w: torch.Tensor | tuple
     gate_up_b: torch.Tensor | None
     down_w: torch.Tensor
     down_b: torch.Tensor | None
@@ -191,10 +191,13 @@ def _fused(layer: torch.nn.Module, cast: torch.dtype | None, adapters: bool) -> 
     to = (lambda t: t) if cast is None else (lambda t: None if t is None else t.to(cast))
     merge = not torch.is_grad_enabled()  # no gradient: fold the adapters into W once
 
-    def weight(*modules: torch.nn.Module) -> tuple[torch.Tensor, tuple | None]:
+    def weight(*modules: torch.nn.Module) -> tuple[torch.Tensor | tuple, tuple | None]:
         weights = [_base(m).weight for m in modules]
-        w = weights[0] if len(weights) == 1 else torch.cat(weights)
         low = _low_rank(*modules, enabled=adapters)
+        if len(weights) > 1 and not merge and cast is None:
+            # A training forward: `CatLinear` concatenates per product, keeping no copy.
+            return tuple(weights), low
+        w = weights[0] if len(weights) == 1 else torch.cat(weights)
         if low is not None and merge:
             w, low = w + low[1] @ low[0], None
         return to(w), None if low is None else (to(low[0]), to(low[1]))
@@ -221,19 +224,21 @@ def _fused(layer: torch.nn.Module, cast: torch.dtype | None, adapters: bool) -> 
     )
 
 
-def fused_copy_floats(model: torch.nn.Module) -> int:
-    """Floats a training forward's `begin` copies out of the weights, held until each
-    layer's backward: the q/k/v and gate/up projections concatenated (`_fused`; o and down
-    are used as they are). Under bf16 autocast every projection is cast instead, at half
-    the bytes: fewer than these float32 ones. 0 for a model on its own forward."""
-    if not supports(model):
+def fused_copy_floats(model: torch.nn.Module, precision: str = "fp32") -> int:
+    """Floats (of 4 bytes) a training forward's `begin` copies out of the weights and holds
+    until each layer's backward. In float32 none: the q/k/v and gate/up concatenations are
+    made per product (`CatLinear`). Under bf16 autocast every projection is cast to bf16
+    once (`_fused`), at 2 bytes a weight: half as many floats as the projections have
+    weights. 0 for a model on its own forward."""
+    if not supports(model) or precision == "fp32":
         return 0
-    total = 0
+    projections = 0
     for layer in model.base_model.layers:
         attn, mlp = layer.self_attn, layer.mlp
-        fused = (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj)
-        total += sum(_base(m).weight.numel() for m in fused)
-    return total
+        cast = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
+        cast += (mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+        projections += sum(_base(m).weight.numel() for m in cast)
+    return projections // 2
 
 
 def _extend(cache: torch.Tensor, new: torch.Tensor, col: int) -> torch.Tensor:
@@ -246,42 +251,6 @@ def _extend(cache: torch.Tensor, new: torch.Tensor, col: int) -> torch.Tensor:
         return torch.cat((cache, new), 2)
     cache[:, :, col : col + new.shape[2]] = new
     return cache[:, :, : col + new.shape[2]]
-
-
-class SwiGLU(torch.autograd.Function):
-    """SwiGLU's gate (Shazeer 2020, arXiv:2002.05202), a = SiLU(g) ⊙ u with SiLU(g) = g·σ(g),
-    keeping only g and u for the backward (views of the fused gate/up output: no storage of
-    their own) and recomputing SiLU(g) there:
-
-        ∂L/∂u = ∂L/∂a ⊙ SiLU(g),    ∂L/∂g = ∂L/∂a ⊙ u ⊙ σ(g)·(1 + g·(1 − σ(g)))
-
-    Autograd through `F.silu(g) * u` also keeps SiLU(g), for the product's backward: one
-    I-sized activation per token and layer more, the MLP keeping 4·I floats instead of 3·I
-    (gate/up output and the product; on SmolLM2-135M I = 1536 in each of 30 layers). The
-    backward runs the ops autograd runs for that composition (`mul`'s grad·other on each
-    side, then `silu_backward`), so the gradients are its bit for bit
-    (tests/models/test_models_swiglu.py)."""
-
-    @staticmethod
-    def forward(ctx, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(gate, up)
-        return F.silu(gate) * up
-
-    @staticmethod
-    @once_differentiable  # no double backward: silu's first-order formula, as autograd's
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        gate, up = ctx.saved_tensors
-        d_gate = torch.ops.aten.silu_backward(grad * up, gate) if ctx.needs_input_grad[0] else None
-        d_up = grad * F.silu(gate) if ctx.needs_input_grad[1] else None
-        return d_gate, d_up
-
-
-def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """SiLU(gate) ⊙ up: through `SwiGLU` while autograd records, the plain ops otherwise
-    (sampling and scoring keep nothing, and a decode step skips the Function's overhead)."""
-    if torch.is_grad_enabled():
-        return SwiGLU.apply(gate, up)
-    return F.silu(gate) * up
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

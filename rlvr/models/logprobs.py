@@ -403,7 +403,7 @@ class TrainedHeadLogprobs(torch.autograd.Function):
                 dz = tempered(dz.scatter_add_(-1, t[:, None], g[:, None]), ctx.temperature)
                 dh.append(dz.mm(w))
                 chunk_dw = dz.t().mm(h)
-                dw = chunk_dw if dw is None else dw + chunk_dw
+                dw = chunk_dw if dw is None else dw.add_(chunk_dw)  # dw + chunk_dw, in place
         grad_hidden = torch.cat(dh[::-1]).to(ctx.hidden_dtype).view(ctx.hidden_shape)
         return grad_hidden, None, dw.to(weight.dtype), None, None, None
 

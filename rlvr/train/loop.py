@@ -38,6 +38,7 @@ from rlvr.parts import (
 from rlvr.rewards import attach_rewards
 from rlvr.rollout import SamplingParams
 from rlvr.tasks import make_task
+from rlvr.train.allocation import keep_freed_pages, policy_adamw
 from rlvr.train.checkpoints.rng_state import load_rng_state, rng_state
 from rlvr.train.collect import (
     Collected,
@@ -77,6 +78,7 @@ class Trainer:
         check_eval_size(cfg.eval_size, self.task)  # reads a dataset's splits: before the model
         self.model, self.tokenizer, self.model_info = self._load_policy()
         check_device(cfg, model_device(self.model))  # bf16 where it is emulated: refused
+        keep_freed_pages(model_device(self.model))  # on a CPU, a step's freed buffers reused
         # The teacher's template fills {prompt} with the prompt before any chat template.
         teacher_problems = self.task.problems("train") if cfg.teacher else []
         self.model, self.task = self._dress(self.model, self.task)
@@ -129,6 +131,7 @@ class Trainer:
                 self.model,
                 # a frozen copy is a module; LoRA's adapter-disabled view holds no weights
                 reference_copy=isinstance(self.reference, torch.nn.Module),
+                precision=cfg.precision,
             ),
         )
         self.step = 0
@@ -313,10 +316,8 @@ class Trainer:
 
     def _policy_optimizer(self) -> torch.optim.AdamW:
         """AdamW over the policy's parameters as they are now (a sharded trainer rebuilds it
-        over the shards)."""
-        return torch.optim.AdamW(
-            self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
-        )
+        over the shards), its state allocated now on a CPU (`rlvr.train.allocation`)."""
+        return policy_adamw(self.model, self.cfg.lr, self.cfg.weight_decay)
 
     def _collect(self) -> Collected:
         """One step's rollout batch, its rounds made by `_rounds()`."""

@@ -59,13 +59,16 @@ def micro_batch_rows(
     return max(1, min(cap, activation_bytes // max(per_row, 1)))
 
 
-def activation_budget(budget_gib: float, model: Any, reference_copy: bool) -> int:
+def activation_budget(
+    budget_gib: float, model: Any, reference_copy: bool, precision: str = "fp32"
+) -> int:
     """Bytes left for activations under `budget_gib` once the resident state is counted,
-    with the fused forward's copy of the concatenated projections (`fused_copy_floats`:
-    0.28 GB on SmolLM2-135M), which a training forward holds as long as its activations
-    (0 when nothing is left: then every micro-batch holds one row)."""
+    with the weight copy a training forward in `precision` holds as long as its
+    activations (`fused_copy_floats`: none in float32; under bf16 autocast the projections'
+    bf16 cast, 0.21 GB on SmolLM2-135M) (0 when nothing is left: then every micro-batch
+    holds one row)."""
     parameters = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     held = resident_bytes(parameters, trainable, reference_copy)
-    held += FLOAT32 * fused_copy_floats(model)
+    held += FLOAT32 * fused_copy_floats(model, precision)
     return max(0, int(budget_gib * GIB) - held)

@@ -159,7 +159,13 @@ def test_the_in_place_low_rank_sum_is_the_out_of_place_one_bit_for_bit(build, mo
             fused_llama,
             "_project",
             lambda x, w, b, low: (
-                F.linear(x, w, b) + (0 if low is None else F.linear(F.linear(x, low[0]), low[1]))
+                # q/k/v and gate/up come as the weights `CatLinear` concatenates
+                (
+                    fused_llama.CatLinear.apply(x, b, *w)
+                    if isinstance(w, tuple)
+                    else F.linear(x, w, b)
+                )
+                + (0 if low is None else F.linear(F.linear(x, low[0]), low[1]))
             ),
         )
         want, want_grads = logprobs_and_grads()

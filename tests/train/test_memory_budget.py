@@ -94,9 +94,11 @@ def test_bad_budgets_are_named(small_config):
 
 
 def test_the_fused_forwards_weight_copy_is_held_against_the_budget():
-    """Hidden 32, 2 query heads and 1 key-value head of 16, I 512, 2 layers: the training
-    forward concatenates q, k, v (32·32 + 2·16·32 = 2,048) and gate, up (2·512·32 = 32,768)
-    per layer, 34,816; both layers 69,632 floats, 4 bytes each, off the activations'."""
+    """Hidden 32, 2 query heads and 1 key-value head of 16, I 512, 2 layers. In float32 the
+    training forward holds no copy of its weights (the concatenations are made per product,
+    `CatLinear`); under bf16 autocast it holds each projection cast to bf16: q 32·32, k and
+    v 16·32 each, o 32·32, gate, up and down 512·32 each = 52,224 weights a layer, 104,448
+    in both, at 2 bytes: 52,224 floats of 4 bytes off the activations'."""
     from rlvr.models import build_tiny_policy, tiny_qwen2_config
     from rlvr.train.memory_budget import activation_budget
 
@@ -104,8 +106,11 @@ def test_the_fused_forwards_weight_copy_is_held_against_the_budget():
     model = build_tiny_policy(config, seed=0)
     params = sum(p.numel() for p in model.parameters())
     resident = resident_bytes(params, params, reference_copy=False)
-    assert fused_copy_floats(model) == 69_632
-    assert activation_budget(1.0, model, reference_copy=False) == GIB - resident - 4 * 69_632
-    model.model.gradient_checkpointing = True  # its own forward: no copy
     assert fused_copy_floats(model) == 0
+    assert activation_budget(1.0, model, reference_copy=False) == GIB - resident
+    assert fused_copy_floats(model, "bf16") == 52_224
+    bf16 = activation_budget(1.0, model, reference_copy=False, precision="bf16")
+    assert bf16 == GIB - resident - 4 * 52_224
+    model.model.gradient_checkpointing = True  # its own forward: no copy
+    assert fused_copy_floats(model, "bf16") == 0
     assert activation_budget(1.0, model, reference_copy=False) == GIB - resident
