@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rlvr.models.lean import CatLinear, SwiGLU, swiglu  # noqa: F401 (tests patch SwiGLU here)
+from rlvr.models.lean import CatLinear, SwiGLU, rms_norm, swiglu  # noqa: F401 (tests patch SwiGLU)
 from rlvr.models.precision import autocast_dtype
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
@@ -253,13 +253,6 @@ def _extend(cache: torch.Tensor, new: torch.Tensor, col: int) -> torch.Tensor:
     return cache[:, :, : col + new.shape[2]]
 
 
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm (Zhang & Sennrich 2019) in float32, as `Qwen2RMSNorm`/`LlamaRMSNorm`."""
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(x.dtype)
-
-
 class FusedLlama:
     """The backbone of a supported model as plain tensor ops over a caller-owned cache."""
 
@@ -327,7 +320,7 @@ class FusedLlama:
         neg = torch.finfo(self.dtype).min  # the scores' dtype: a finite mask value
         blocked = ~allowed
         for layer, (k_cache, v_cache) in zip(self.layers, cache, strict=True):
-            h = _rms_norm(x, layer.ln1, self.eps)
+            h = rms_norm(x, layer.ln1, self.eps)
             # (B, S, (nq + 2·nkv)·D); `split`, not slices: one backward op, no zero-filled grads.
             qkv = _project(h, layer.qkv_w, layer.qkv_b, layer.qkv_low)
             qk, v = qkv.split(((nq + nkv) * d, nkv * d), -1)
@@ -349,10 +342,10 @@ class FusedLlama:
             out = probs.view(batch, nkv, rep * steps, -1) @ values  # (B, nkv, rep·S, D)
             out = out.view(batch, nq, steps, d).transpose(1, 2).reshape(batch, steps, nq * d)
             x = x + _project(out, layer.o_w, layer.o_b, layer.o_low)
-            h = _rms_norm(x, layer.ln2, self.eps)
+            h = rms_norm(x, layer.ln2, self.eps)
             gate, up = _project(h, layer.gate_up_w, layer.gate_up_b, layer.gate_up_low).chunk(2, -1)
             x = x + _project(swiglu(gate, up), layer.down_w, layer.down_b, layer.down_low)
-        return _rms_norm(x, base.norm.weight, self.eps)
+        return rms_norm(x, base.norm.weight, self.eps)
 
     def prefill(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Cache

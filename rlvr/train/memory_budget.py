@@ -22,10 +22,11 @@ FLOAT32 = 4
 def saved_floats_per_token(config: Any, keys: int, fused: bool = True) -> int:
     """Floats a Llama-family layer stack keeps for the backward per token, with attention
     over `keys` positions (an upper count of the tensors autograd saves per layer in the
-    fused forward, `rlvr.models.fused_llama`, whose SwiGLU recomputes silu(gate); a model
-    that runs its own forward (`fused` False) keeps silu(gate) too: 4·I):
+    fused forward, `rlvr.models.fused_llama`, whose SwiGLU recomputes silu(gate) and whose
+    RMSNorm recomputes x·r; a model that runs its own forward (`fused` False) keeps
+    silu(gate) too, 4·I, and the norms' x·r, 6·H):
 
-        6·H                     residual inputs, the two RMSNorm inputs and outputs, o_proj's input
+        5·H                     the two RMSNorm inputs (the residual stream) and outputs, o_proj's input
       + 2·(n_q + 2·n_kv)·D      the fused q/k/v output, and q/k after the rotary positions
       + n_q·keys                the attention probabilities
       + 3·I                     the gate/up output, and their product (down's input)
@@ -38,8 +39,8 @@ def saved_floats_per_token(config: Any, keys: int, fused: bool = True) -> int:
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     intermediate = getattr(config, "intermediate_size", None) or 4 * hidden
-    per_layer = 6 * hidden + 2 * (heads + 2 * kv_heads) * head_dim + heads * keys
-    per_layer += (3 if fused else 4) * intermediate
+    per_layer = (5 if fused else 6) * hidden + 2 * (heads + 2 * kv_heads) * head_dim
+    per_layer += heads * keys + (3 if fused else 4) * intermediate
     return config.num_hidden_layers * per_layer + 2 * hidden
 
 

@@ -31,10 +31,11 @@ SMALL = SimpleNamespace(
 
 
 def test_saved_floats_per_token_by_hand():
-    # Per layer, attending to 5 keys: 6·8 = 48; 2·(2 + 2·1)·4 = 32; 2·5 = 10; 3·16 = 48;
-    # 138 per layer, 276 for both, plus 2·8 for the final norm: 292.
-    assert saved_floats_per_token(SMALL, keys=5) == 292
-    # A model on its own forward also keeps silu(gate): 4·16 = 64, 154 per layer, 324.
+    # Per layer, attending to 5 keys: 5·8 = 40; 2·(2 + 2·1)·4 = 32; 2·5 = 10; 3·16 = 48;
+    # 130 per layer, 260 for both, plus 2·8 for the final norm: 276.
+    assert saved_floats_per_token(SMALL, keys=5) == 276
+    # A model on its own forward also keeps silu(gate) and the norms' x·r: 6·8 = 48 and
+    # 4·16 = 64, 154 per layer, 324.
     assert saved_floats_per_token(SMALL, keys=5, fused=False) == 324
 
 
@@ -47,10 +48,10 @@ def test_resident_bytes_by_hand():
 
 @pytest.mark.parametrize(
     ("budget", "cap", "rows"),
-    [(3 * 5840, 64, 3), (3 * 5840 - 1, 64, 2), (0, 64, 1), (10 * 5840, 4, 4)],
+    [(3 * 5520, 64, 3), (3 * 5520 - 1, 64, 2), (0, 64, 1), (10 * 5520, 4, 4)],
 )
 def test_rows_that_fit(budget, cap, rows):
-    # A row of 5 tokens keeps 5·292 floats, 4 bytes each: 5,840 B.
+    # A row of 5 tokens keeps 5·276 floats, 4 bytes each: 5,520 B.
     assert micro_batch_rows(SMALL, 5, budget, cap) == rows
 
 

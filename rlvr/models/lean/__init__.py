@@ -1,8 +1,9 @@
 """Autograd Functions that keep less for the backward than autograd would, with the same
-numbers: the fused Llama forward's SwiGLU (`swiglu`) and its concatenated projections
-(`cat_linear`). Each is tested bit for bit against the composition it replaces."""
+numbers: the fused Llama forward's SwiGLU (`swiglu`), its concatenated projections
+(`cat_linear`) and its RMSNorm (`rms_norm`). Each is tested bit for bit against the composition it replaces."""
 
 from rlvr.models.lean.cat_linear import CatLinear
+from rlvr.models.lean.rms_norm import RMSNorm, rms_norm
 from rlvr.models.lean.swiglu import SwiGLU, swiglu
 
-__all__ = ["CatLinear", "SwiGLU", "swiglu"]
+__all__ = ["CatLinear", "RMSNorm", "SwiGLU", "rms_norm", "swiglu"]
