@@ -335,12 +335,7 @@ class FrozenHeadLogprobs(torch.autograd.Function):
                 slopes.append(tempered(weight[t] - p @ weight, temperature))
         ctx.save_for_backward(torch.cat(slopes))
         ctx.hidden_shape, ctx.hidden_dtype = hidden.shape, hidden.dtype
-        logprob = torch.cat(logprobs).view(targets.shape)
-        if not return_entropy:
-            return (logprob,)
-        entropy = torch.cat(entropies).view(targets.shape)
-        ctx.mark_non_differentiable(entropy)
-        return logprob, entropy
+        return _chunked_outputs(ctx, targets, logprobs, entropies if return_entropy else None)
 
     @staticmethod
     def backward(ctx, grad, *_):
@@ -383,12 +378,7 @@ class TrainedHeadLogprobs(torch.autograd.Function):
         ctx.save_for_backward(flat, targets_flat, weight, torch.cat(lses))
         ctx.config, ctx.temperature, ctx.rows = config, temperature, rows
         ctx.hidden_shape, ctx.hidden_dtype = hidden.shape, hidden.dtype
-        logprob = torch.cat(logprobs).view(targets.shape)
-        if not return_entropy:
-            return (logprob,)
-        entropy = torch.cat(entropies).view(targets.shape)
-        ctx.mark_non_differentiable(entropy)
-        return logprob, entropy
+        return _chunked_outputs(ctx, targets, logprobs, entropies if return_entropy else None)
 
     @staticmethod
     def backward(ctx, grad, *_):
@@ -406,6 +396,17 @@ class TrainedHeadLogprobs(torch.autograd.Function):
                 dw = chunk_dw if dw is None else dw.add_(chunk_dw)  # dw + chunk_dw, in place
         grad_hidden = torch.cat(dh[::-1]).to(ctx.hidden_dtype).view(ctx.hidden_shape)
         return grad_hidden, None, dw.to(weight.dtype), None, None, None
+
+
+def _chunked_outputs(ctx, targets, logprobs, entropies) -> tuple[torch.Tensor, ...]:
+    """A head Function's outputs from its chunks: (log π, [entropy]) shaped as `targets`,
+    the entropy (logged, or compared by a recipe) marked as having no gradient."""
+    logprob = torch.cat(logprobs).view(targets.shape)
+    if entropies is None:
+        return (logprob,)
+    entropy = torch.cat(entropies).view(targets.shape)
+    ctx.mark_non_differentiable(entropy)
+    return logprob, entropy
 
 
 def _logprobs_of_logits(
