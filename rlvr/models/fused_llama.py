@@ -8,9 +8,11 @@ caller-owned KV cache. Two users:
   share one prompt, so the prompt runs once per group and its keys/values are reused by
   every response (with gradient), instead of G times.
 
-The weights are read from the model at every `begin` (fused by differentiable `cat`, so
-gradients reach the model's own parameters); tests/models and tests/rollout prove the
-results equal the model's own forward within float tolerance.
+The weights are read from the model at every `begin`: without gradients fused once by
+`cat`; with them concatenated per product by `CatLinear` (rlvr/models/lean), whose
+gradients reach the model's own parameters and which keeps no copy for the backward.
+tests/models and tests/rollout prove the results equal the model's own forward within
+float tolerance.
 
 peft LoRA projections (Hu et al. 2021, y = W·x + s·B·A·x with s = α/r) take this path too.
 With gradients on, the low-rank product runs beside the frozen product, as peft runs it
@@ -143,8 +145,9 @@ def _low_rank(*modules: torch.nn.Module, enabled: bool) -> tuple[torch.Tensor, t
 def _project(
     x: torch.Tensor, w: torch.Tensor | tuple, b: torch.Tensor | None, low: tuple | None
 ) -> torch.Tensor:
-    """W·x + b (W given as the weights to concatenate: through `CatLinear`), plus the unmerged low-rank term B·(A·x) when an adapter trains, added into
-    W·x + b in place: that fresh product is saved by no backward, and a second output as
+    """W·x + b (W given as the weights to concatenate: through `CatLinear`), plus the
+    unmerged low-rank term B·(A·x) when an adapter trains, added into W·x + b in place:
+    that fresh product is saved by no backward, and a second output as
     large (a LoRA step's gate/up: 32 rows × 64 tokens × 3072 floats, 25 MB a layer) costs
     a new allocation and its page faults (about 1 s of a 64-token SmolLM2 step). The same
     float additions as `y + low`: bit for bit (tests/models/test_models_fused_llama_lora.py)."""

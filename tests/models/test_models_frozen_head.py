@@ -41,22 +41,25 @@ def _frozen_head_model():
     return model, config
 
 
-def _logprobs_entropy_and_grads(model, rows=8):
+def logprobs_entropy_and_grads(model, temperature=0.7, rows=8, bf16=False):
+    """As the trainer's micro-step: the forward (under bf16 autocast with `bf16`), then
+    the backward outside autocast."""
     torch.manual_seed(1)
     response_ids = torch.randint(2, VOCAB, (rows, 6))
     response_mask = torch.ones(rows, 6)
     response_mask[1, 4:] = 0
     model.zero_grad()
-    logprob, entropy = response_logprobs(
-        model,
-        [[5, 6, 7], [8, 9]] * (rows // 2),
-        response_ids,
-        response_mask,
-        PAD,
-        temperature=0.7,
-        return_entropy=True,
-        entropy_grad=False,
-    )
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logprob, entropy = response_logprobs(
+            model,
+            [[5, 6, 7], [8, 9]] * (rows // 2),
+            response_ids,
+            response_mask,
+            PAD,
+            temperature=temperature,
+            return_entropy=True,
+            entropy_grad=False,
+        )
     (logprob * torch.linspace(-1, 2, logprob.numel()).view(logprob.shape)).sum().backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return logprob.detach(), entropy, grads
@@ -86,9 +89,9 @@ def test_equals_autograd_through_the_checkpointed_head(monkeypatch, chunk_values
     monkeypatch.setattr(lp, "CHUNK_VALUES", chunk_values)
     model, config = _frozen_head_model()
     assert lp.frozen_head_applies(model, torch.ones(1, requires_grad=True), False, False)
-    fast = _logprobs_entropy_and_grads(model)
+    fast = logprobs_entropy_and_grads(model)
     monkeypatch.setattr(lp, "frozen_head_applies", lambda *a: False)
-    slow = _logprobs_entropy_and_grads(model)
+    slow = logprobs_entropy_and_grads(model)
     assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
     assert fast[2].keys() == slow[2].keys() and "lm_head.weight" not in fast[2]
     # A gradient element sums one term per position (48) and the head's V terms on top of
@@ -110,7 +113,7 @@ def test_two_products_with_the_head_instead_of_three(monkeypatch):
     for applies in (lp.frozen_head_applies, lambda *a: False):
         monkeypatch.setattr(lp, "frozen_head_applies", applies)
         with _HeadProducts() as spy:
-            _logprobs_entropy_and_grads(model)
+            logprobs_entropy_and_grads(model)
         counts.append(spy.count)
     chunks = 16
     # The entropy (logged, no gradient) is computed from each chunk's logits: no product.
@@ -123,11 +126,11 @@ def test_a_head_small_enough_for_one_chunk_keeps_autograd(monkeypatch):
     model, _ = _frozen_head_model()
     calls = []
     monkeypatch.setattr(lp.FrozenHeadLogprobs, "apply", lambda *a: calls.append(a))
-    _logprobs_entropy_and_grads(model)
+    logprobs_entropy_and_grads(model)
     assert calls == []
     monkeypatch.setattr(lp, "CHUNK_VALUES", 60)
     with pytest.raises(TypeError):  # the spy returns None: the path was taken
-        _logprobs_entropy_and_grads(model)
+        logprobs_entropy_and_grads(model)
     assert len(calls) == 1
 
 
@@ -140,7 +143,7 @@ def test_a_head_that_trains_or_an_entropy_gradient_takes_autograd():
         assert not lp.frozen_head_applies(model, hidden, False, False)
     model.get_output_embeddings().weight.requires_grad_(True)
     assert not lp.frozen_head_applies(model, hidden, False, False)
-    _, _, grads = _logprobs_entropy_and_grads(model)
+    _, _, grads = logprobs_entropy_and_grads(model)
     assert grads["lm_head.weight"].abs().max() > 0  # the full fine-tune's head still learns
     model.get_output_embeddings().weight.requires_grad_(False)
     model.config.final_logit_softcapping = 30.0  # Gemma's cap: a gradient the formula lacks

@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from test_models_frozen_head import logprobs_entropy_and_grads
 
-from rlvr.models import build_tiny_policy, response_logprobs, tiny_qwen2_config
+from rlvr.models import build_tiny_policy, tiny_qwen2_config
 from rlvr.models import logprobs as lp
 
 PAD = 0
@@ -52,30 +53,6 @@ def _policy(tied: bool):
     return build_tiny_policy(config, seed=0)
 
 
-def _logprobs_entropy_and_grads(model, temperature, rows=8, bf16=False):
-    """As the trainer's micro-step: the forward (under bf16 autocast with `bf16`), then
-    the backward outside autocast."""
-    torch.manual_seed(1)
-    response_ids = torch.randint(2, VOCAB, (rows, 6))
-    response_mask = torch.ones(rows, 6)
-    response_mask[1, 4:] = 0
-    model.zero_grad()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        logprob, entropy = response_logprobs(
-            model,
-            [[5, 6, 7], [8, 9]] * (rows // 2),
-            response_ids,
-            response_mask,
-            PAD,
-            temperature=temperature,
-            return_entropy=True,
-            entropy_grad=False,
-        )
-    (logprob * torch.linspace(-1, 2, logprob.numel()).view(logprob.shape)).sum().backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return logprob.detach(), entropy, grads
-
-
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 @pytest.mark.parametrize("chunk_values", [300, 60])
@@ -90,10 +67,10 @@ def test_equals_autograd_through_the_checkpointed_head_bit_for_bit(
     calls = []
     apply = lp.TrainedHeadLogprobs.apply
     monkeypatch.setattr(lp.TrainedHeadLogprobs, "apply", lambda *a: calls.append(1) or apply(*a))
-    fast = _logprobs_entropy_and_grads(model, temperature)
+    fast = logprobs_entropy_and_grads(model, temperature)
     assert calls == [1]
     monkeypatch.setattr(lp, "trained_head_applies", lambda *a: False)
-    slow = _logprobs_entropy_and_grads(model, temperature)
+    slow = logprobs_entropy_and_grads(model, temperature)
     assert calls == [1]
     assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
     head = "model.embed_tokens.weight" if tied else "lm_head.weight"
@@ -109,9 +86,9 @@ def test_under_bf16_autocast_with_an_fp32_head(monkeypatch):
     it off), the same numbers."""
     monkeypatch.setattr(lp, "CHUNK_VALUES", 60)
     model = _policy(tied=True)
-    fast = _logprobs_entropy_and_grads(model, 1.0, bf16=True)
+    fast = logprobs_entropy_and_grads(model, 1.0, bf16=True)
     monkeypatch.setattr(lp, "trained_head_applies", lambda *a: False)
-    slow = _logprobs_entropy_and_grads(model, 1.0, bf16=True)
+    slow = logprobs_entropy_and_grads(model, 1.0, bf16=True)
     assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
     for name, grad in slow[2].items():
         assert torch.equal(fast[2][name], grad), name
