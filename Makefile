@@ -12,7 +12,10 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml tests/lab/requirements-lab.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	# pip 26.2's build environment empties sys.path while it reads the venv's .pth files, so once
+	# rlvr is installed editable a build that runs `python` (fast-downward-textworld's, for
+	# ALFWorld) starts without the standard library: "No module named 'glob'".
+	$(BIN)/python -m pip install --quiet --upgrade 'pip<26.2'
 	$(BIN)/pip install --quiet $(TORCH)
 	$(BIN)/pip install --quiet -e '.[test]'
 	# Real ALFWorld games for tests/envs/test_alfworld.py (docs/22-alfworld.md): textworld compiles
