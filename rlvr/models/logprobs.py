@@ -17,6 +17,12 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from rlvr.models.fused_llama import shared_prefix_hidden, supports
+from rlvr.models.lean.chunked_head import (
+    FrozenHeadLogprobs,
+    TrainedHeadLogprobs,
+    gathered_logprobs,
+    tempered,
+)
 from rlvr.models.precision import full_precision
 from rlvr.vision.prompts import image_inputs
 from rlvr.vision.qwen_vl import placeholder_unsampled
@@ -225,13 +231,14 @@ def head_logprobs(
     # one that does needs fewer passes over each chunk's logits than autograd's.
     entropy_grad = return_entropy and entropy_grad
     head_module = model.get_output_embeddings()
+    process = functools.partial(process_logits, model.config)
     if frozen_head_applies(model, hidden, fp32_head, entropy_grad):
         return FrozenHeadLogprobs.apply(
-            hidden, targets, head_module, model.config, temperature, return_entropy
+            hidden, targets, head_module, process, temperature, return_entropy, rows
         )
     if trained_head_applies(model, hidden, fp32_head, entropy_grad):
         return TrainedHeadLogprobs.apply(
-            hidden, targets, head_module.weight, model.config, temperature, return_entropy
+            hidden, targets, head_module.weight, process, temperature, return_entropy, rows
         )
     recompute = torch.is_grad_enabled()
     chunks = zip(
@@ -247,12 +254,6 @@ def head_logprobs(
         for h, t in chunks
     ]
     return tuple(torch.cat(column).view(targets.shape) for column in zip(*parts, strict=True))
-
-
-def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """logits / T; at T = 1 the logits themselves (x / 1 is x exactly, so the same numbers
-    without a pass over positions × V values, nor one in the backward)."""
-    return logits if temperature == 1.0 else logits / temperature
 
 
 def frozen_head_applies(
@@ -304,111 +305,6 @@ def _plain_head(
     )
 
 
-class FrozenHeadLogprobs(torch.autograd.Function):
-    """log π(target) = z_target − logsumexp(z), z = (W·h + b) / T, for hidden states `h`
-    (..., H) under a head whose weights W (V, H) do not train, with the gradient for `h`
-    computed in the forward instead of recomputing the logits in the backward:
-
-        ∂ log π(t) / ∂h = (W_t − Σ_v p_v W_v) / T = (W_t − pᵀW) / T,    p = exp(z − lse z),
-
-    one (positions, H) tensor kept for the backward, which is then dh = g · that. Per
-    chunk of positions that costs two products with W (z, and pᵀW), where autograd with
-    `checkpoint` costs three (z; z again in the backward; dz·W), and no logits are kept.
-    The log-probs (and entropy) are the checkpointed path's bit for bit; the gradient equals
-    autograd's up to the order of the float sums (tests/models/test_models_frozen_head.py)."""
-
-    @staticmethod
-    def forward(ctx, hidden, targets, head, config, temperature, return_entropy):
-        flat = hidden.detach().reshape(-1, hidden.shape[-1])
-        weight = head.weight.float()
-        rows = max(1, CHUNK_VALUES // weight.shape[0])
-        logprobs, entropies, slopes = [], [], []
-        with torch.no_grad(), full_precision(hidden.device):
-            bias = None if head.bias is None else head.bias.float()
-            for h, t in zip(flat.split(rows), targets.reshape(-1).split(rows), strict=True):
-                z = tempered(process_logits(config, F.linear(h.float(), weight, bias)), temperature)
-                lse = z.logsumexp(-1)  # once, for the log-probs and p
-                logprobs.append(gathered_logprobs(z, t, lse))
-                if return_entropy:
-                    entropies.append(chunked_entropy(z))
-                p = (z - lse[:, None]).exp_()
-                slopes.append(tempered(weight[t] - p @ weight, temperature))
-        ctx.save_for_backward(torch.cat(slopes))
-        ctx.hidden_shape, ctx.hidden_dtype = hidden.shape, hidden.dtype
-        return _chunked_outputs(ctx, targets, logprobs, entropies if return_entropy else None)
-
-    @staticmethod
-    def backward(ctx, grad, *_):
-        (slopes,) = ctx.saved_tensors
-        dh = grad.reshape(-1, 1).float() * slopes
-        return dh.to(ctx.hidden_dtype).view(ctx.hidden_shape), None, None, None, None, None
-
-
-class TrainedHeadLogprobs(torch.autograd.Function):
-    """log π(target) = z_target − logsumexp(z), z = W·h / T, and the entropy, for hidden
-    states `h` (..., H) under a bias-free head whose weight W (V, H) trains: the
-    checkpointed path's numbers and products, with fewer passes over each chunk's logits.
-
-    The forward keeps each chunk's logsumexp, not its logits. The backward recomputes a
-    chunk's z and turns it into its gradient in place,
-
-        ∂ log π(t) / ∂z = onehot(t) − p,    p = exp(z − lse),
-
-    dz = −g·exp(z − lse) with g added at the target, which is autograd's
-    `grad · exp(self − result)` plus the gather's scatter, the same floats; then
-    dh = dz·W and dW = dzᵀ·h, summed over chunks from the last, the order in which autograd
-    adds the checkpointed chunks' gradients. So log-probs, entropy and every gradient are
-    the checkpointed path's bit for bit (tests/models/test_models_trained_head.py), and one
-    buffer of logits per chunk is alive where autograd's backward allocates several."""
-
-    @staticmethod
-    def forward(ctx, hidden, targets, weight, config, temperature, return_entropy):
-        flat = hidden.detach().reshape(-1, hidden.shape[-1]).float()
-        targets_flat = targets.reshape(-1)
-        rows = max(1, CHUNK_VALUES // weight.shape[0])
-        logprobs, entropies, lses = [], [], []
-        with torch.no_grad(), full_precision(hidden.device):
-            w = weight.float()
-            for h, t in zip(flat.split(rows), targets_flat.split(rows), strict=True):
-                z = tempered(process_logits(config, F.linear(h, w)), temperature)
-                lses.append(z.logsumexp(-1))
-                logprobs.append(gathered_logprobs(z, t, lses[-1]))
-                if return_entropy:
-                    entropies.append(chunked_entropy(z))
-        ctx.save_for_backward(flat, targets_flat, weight, torch.cat(lses))
-        ctx.config, ctx.temperature, ctx.rows = config, temperature, rows
-        ctx.hidden_shape, ctx.hidden_dtype = hidden.shape, hidden.dtype
-        return _chunked_outputs(ctx, targets, logprobs, entropies if return_entropy else None)
-
-    @staticmethod
-    def backward(ctx, grad, *_):
-        flat, targets, weight, lse = ctx.saved_tensors
-        chunks = [c.split(ctx.rows) for c in (flat, targets, grad.reshape(-1).float(), lse)]
-        dh, dw = [], None
-        with full_precision(flat.device):
-            w = weight.float()
-            for h, t, g, chunk_lse in reversed(list(zip(*chunks, strict=True))):
-                z = tempered(process_logits(ctx.config, F.linear(h, w)), ctx.temperature)
-                dz = z.sub_(chunk_lse[:, None]).exp_().mul_(-g[:, None])
-                dz = tempered(dz.scatter_add_(-1, t[:, None], g[:, None]), ctx.temperature)
-                dh.append(dz.mm(w))
-                chunk_dw = dz.t().mm(h)
-                dw = chunk_dw if dw is None else dw.add_(chunk_dw)  # dw + chunk_dw, in place
-        grad_hidden = torch.cat(dh[::-1]).to(ctx.hidden_dtype).view(ctx.hidden_shape)
-        return grad_hidden, None, dw.to(weight.dtype), None, None, None
-
-
-def _chunked_outputs(ctx, targets, logprobs, entropies) -> tuple[torch.Tensor, ...]:
-    """A head Function's outputs from its chunks: (log π, [entropy]) shaped as `targets`,
-    the entropy (logged, or compared by a recipe) marked as having no gradient."""
-    logprob = torch.cat(logprobs).view(targets.shape)
-    if entropies is None:
-        return (logprob,)
-    entropy = torch.cat(entropies).view(targets.shape)
-    ctx.mark_non_differentiable(entropy)
-    return logprob, entropy
-
-
 def _logprobs_of_logits(
     logits: torch.Tensor, targets: torch.Tensor, return_entropy: bool, entropy_grad: bool
 ) -> tuple[torch.Tensor, ...]:
@@ -424,16 +320,6 @@ def _logprobs_of_logits(
 # Logits per chunk of positions (`head_logprobs`, `chunked_entropy`): about 16 M float32
 # values (64 MiB) at a time.
 CHUNK_VALUES = 1 << 24
-
-
-def gathered_logprobs(
-    logits: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor | None = None
-) -> torch.Tensor:
-    """log softmax(logits)[target] = logits[target] − logsumexp(logits), (...,) from
-    (..., V) logits (`lse`: that logsumexp when the caller has it): the full log-softmax
-    is never materialised (nor kept for backward)."""
-    picked = logits.gather(-1, targets[..., None]).squeeze(-1)
-    return picked - (logits.logsumexp(-1) if lse is None else lse)
 
 
 def chunked_entropy(logits: torch.Tensor) -> torch.Tensor:

@@ -57,8 +57,10 @@ CHUNKED_CASE = CASES[1]
 
 def _chunked_head_update(rank: int, world: int):
     """`CHUNKED_CASE` with the LM head in chunks of 3 positions (V = 20), each recomputed
-    in the backward from the root's gathered weights; also how many chunks ran."""
+    in the backward from the root's gathered weights; also how many chunks' logits the
+    forward and backward computed (the trained head's Function, or autograd's checkpoint)."""
     from rlvr.models import logprobs
+    from rlvr.models.lean import chunked_head
 
     calls = []
 
@@ -66,14 +68,21 @@ def _chunked_head_update(rank: int, world: int):
         calls.append(1)
         return checkpoint(*args, **kwargs)
 
+    def written(*args):
+        calls.append(1)
+        return write(*args)
+
+    write = chunked_head._logits_into
     saved = logprobs.CHUNK_VALUES, logprobs.checkpoint
     logprobs.CHUNK_VALUES, logprobs.checkpoint = 3 * 20, counted
+    chunked_head._logits_into = written
     try:
         update = _update(
             CHUNKED_CASE, DataParallel(rank, world, sharded=True), shard=lambda m: _shard(m, world)
         )
     finally:
         logprobs.CHUNK_VALUES, logprobs.checkpoint = saved
+        chunked_head._logits_into = write
     return _gathered(*update), len(calls)
 
 

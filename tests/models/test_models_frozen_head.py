@@ -2,8 +2,6 @@
 for the hidden states computed in the forward (`FrozenHeadLogprobs`), two products with
 the head's weight instead of three, the same numbers as autograd's."""
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 from rounding_testlib import forward_terms, reorder_atol
@@ -16,6 +14,11 @@ PAD = 0
 VOCAB = 20
 
 
+def no_processing(logits):
+    """A model's logit processing where it has none."""
+    return logits
+
+
 def test_gradient_of_a_log_prob_by_hand():
     # W rows e₁, e₂, e₁+e₂; h = 0: every logit 0, p = (⅓, ⅓, ⅓), log π(0) = −log 3.
     # ∂ log π(0)/∂h = (W₀ − pᵀW)/T = ((1, 0) − (⅔, ⅔)) / 0.5 = (⅔, −4⁄3); an upstream
@@ -25,7 +28,7 @@ def test_gradient_of_a_log_prob_by_hand():
     head.weight.requires_grad_(False)
     hidden = torch.zeros(1, 2, requires_grad=True)
     (logprob,) = lp.FrozenHeadLogprobs.apply(
-        hidden, torch.tensor([0]), head, SimpleNamespace(), 0.5, False
+        hidden, torch.tensor([0]), head, no_processing, 0.5, False, 1
     )
     torch.testing.assert_close(logprob, torch.tensor([-torch.tensor(3.0).log()]))
     (3 * logprob).sum().backward()

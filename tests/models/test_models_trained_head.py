@@ -3,14 +3,13 @@
 checkpointed path does, with fewer passes over them, and every number is that path's
 bit for bit."""
 
-from types import SimpleNamespace
-
 import pytest
 import torch
-from test_models_frozen_head import logprobs_entropy_and_grads
+from test_models_frozen_head import logprobs_entropy_and_grads, no_processing
 
 from rlvr.models import build_tiny_policy, tiny_qwen2_config
 from rlvr.models import logprobs as lp
+from rlvr.models.lean import chunked_head
 
 PAD = 0
 VOCAB = 20
@@ -26,7 +25,7 @@ def test_gradients_of_a_log_prob_by_hand():
     weight = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], requires_grad=True)
     hidden = torch.zeros(1, 2, requires_grad=True)
     (logprob,) = lp.TrainedHeadLogprobs.apply(
-        hidden, torch.tensor([0]), weight, SimpleNamespace(), 0.5, False
+        hidden, torch.tensor([0]), weight, no_processing, 0.5, False, 1
     )
     torch.testing.assert_close(logprob, -torch.tensor([3.0]).log())
     (3 * logprob).sum().backward()
@@ -36,7 +35,7 @@ def test_gradients_of_a_log_prob_by_hand():
     weight.grad = None
     hidden = torch.tensor([[1.0, 0.0]], requires_grad=True)
     (logprob,) = lp.TrainedHeadLogprobs.apply(
-        hidden, torch.tensor([0]), weight, SimpleNamespace(), 0.5, False
+        hidden, torch.tensor([0]), weight, no_processing, 0.5, False, 1
     )
     e2 = torch.tensor(2.0).exp()
     p = torch.stack([e2, torch.tensor(1.0), e2]) / (2 * e2 + 1)
@@ -78,6 +77,32 @@ def test_equals_autograd_through_the_checkpointed_head_bit_for_bit(
     for name, grad in slow[2].items():
         assert torch.equal(fast[2][name], grad), name
         assert grad.abs().max() > 0, name  # the comparison is not between zeros
+
+
+@pytest.mark.parametrize(("head_trains", "passes"), [(True, 2), (False, 1)])
+def test_every_chunk_writes_its_logits_into_one_buffer(monkeypatch, head_trains, passes):
+    """48 positions in 16 chunks of 3: each pass over them (the forward, and a trained
+    head's backward) allocates one buffer of 3 × V logits, into which every chunk's
+    logits are written, instead of 16 fresh ones."""
+    monkeypatch.setattr(lp, "CHUNK_VALUES", 60)
+    model = _policy(tied=False)
+    model.lm_head.weight.requires_grad_(head_trains)
+    buffers, written = [], []
+    allocate, write = chunked_head._chunk_buffers, chunked_head._logits_into
+
+    def allocated(*args):
+        buffers.append(allocate(*args))
+        return buffers[-1]
+
+    def recorded(out, *args):
+        written.append(out.data_ptr())
+        return write(out, *args)
+
+    monkeypatch.setattr(chunked_head, "_chunk_buffers", allocated)
+    monkeypatch.setattr(chunked_head, "_logits_into", recorded)
+    logprobs_entropy_and_grads(model, 0.7)
+    assert len(buffers) == passes and all(b[0].shape == (3, VOCAB) for b in buffers)
+    assert written == [b[0].data_ptr() for b in buffers for _ in range(16)]
 
 
 def test_under_bf16_autocast_with_an_fp32_head(monkeypatch):

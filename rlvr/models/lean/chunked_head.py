@@ -1,0 +1,184 @@
+"""The LM head over chunks of positions, for a gradient through it: log π(target) and the
+entropy from final hidden states with fewer passes over each chunk's logits, and fewer
+of them kept, than autograd through `torch.utils.checkpoint` (`rlvr.models.logprobs`
+chooses which applies). Each pass over the chunks writes every chunk's logits (and the
+entropy's and p's intermediates) into buffers allocated once for the pass, not fresh ones
+per chunk: with freed pages kept for reuse (rlvr/train/allocation.py) a freed chunk's
+blocks were not always reused, and LoRA's 64-token SmolLM2 step peaked in this forward
+(benchmarks/RESULTS.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from rlvr.models.precision import full_precision
+
+Process = Callable[[torch.Tensor], torch.Tensor]  # a model's own logit processing
+
+
+def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits / T; at T = 1 the logits themselves (x / 1 is x exactly, so the same numbers
+    without a pass over positions × V values, nor one in the backward)."""
+    return logits if temperature == 1.0 else logits / temperature
+
+
+def gathered_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor | None = None
+) -> torch.Tensor:
+    """log softmax(logits)[target] = logits[target] − logsumexp(logits), (...,) from
+    (..., V) logits (`lse`: that logsumexp when the caller has it): the full log-softmax
+    is never materialised (nor kept for backward)."""
+    picked = logits.gather(-1, targets[..., None]).squeeze(-1)
+    return picked - (logits.logsumexp(-1) if lse is None else lse)
+
+
+class FrozenHeadLogprobs(torch.autograd.Function):
+    """log π(target) = z_target − logsumexp(z), z = (W·h + b) / T, for hidden states `h`
+    (..., H) under a head whose weights W (V, H) do not train, with the gradient for `h`
+    computed in the forward instead of recomputing the logits in the backward:
+
+        ∂ log π(t) / ∂h = (W_t − Σ_v p_v W_v) / T = (W_t − pᵀW) / T,    p = exp(z − lse z),
+
+    one (positions, H) tensor kept for the backward, which is then dh = g · that. Per
+    chunk of `rows` positions that costs two products with W (z, and pᵀW), where autograd
+    with `checkpoint` costs three (z; z again in the backward; dz·W), and no logits are
+    kept. The log-probs (and entropy) are the checkpointed path's bit for bit; the gradient
+    equals autograd's up to the order of the float sums
+    (tests/models/test_models_frozen_head.py)."""
+
+    @staticmethod
+    def forward(ctx, hidden, targets, head, process, temperature, return_entropy, rows):
+        flat = hidden.detach().reshape(-1, hidden.shape[-1])
+        weight = head.weight.float()
+        logprobs, entropies, slopes = [], [], []
+        with torch.no_grad(), full_precision(hidden.device):
+            bias = None if head.bias is None else head.bias.float()
+            logits, scratch, probs = _chunk_buffers(3, rows, flat, weight)
+            for h, t in zip(flat.split(rows), targets.reshape(-1).split(rows), strict=True):
+                n = h.shape[0]
+                z = _logits_into(logits[:n], h.float(), weight, bias, process, temperature)
+                lse = z.logsumexp(-1)  # once, for the log-probs and p
+                logprobs.append(gathered_logprobs(z, t, lse))
+                if return_entropy:
+                    entropies.append(_entropy_into(z, scratch[:n], probs[:n]))
+                p = torch.sub(z, lse[:, None], out=scratch[:n]).exp_()
+                slopes.append(tempered(weight[t] - p @ weight, temperature))
+        ctx.save_for_backward(torch.cat(slopes))
+        ctx.hidden_shape, ctx.hidden_dtype = hidden.shape, hidden.dtype
+        return _chunked_outputs(ctx, targets, logprobs, entropies if return_entropy else None)
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        (slopes,) = ctx.saved_tensors
+        dh = grad.reshape(-1, 1).float() * slopes
+        return dh.to(ctx.hidden_dtype).view(ctx.hidden_shape), *[None] * 6
+
+
+class TrainedHeadLogprobs(torch.autograd.Function):
+    """log π(target) = z_target − logsumexp(z), z = W·h / T, and the entropy, for hidden
+    states `h` (..., H) under a bias-free head whose weight W (V, H) trains: the
+    checkpointed path's numbers and products, with fewer passes over each chunk's logits.
+
+    The forward keeps each chunk's logsumexp, not its logits. The backward recomputes a
+    chunk's z and turns it into its gradient in place,
+
+        ∂ log π(t) / ∂z = onehot(t) − p,    p = exp(z − lse),
+
+    dz = −g·exp(z − lse) with g added at the target, which is autograd's
+    `grad · exp(self − result)` plus the gather's scatter, the same floats; then
+    dh = dz·W and dW = dzᵀ·h, summed over chunks from the last, the order in which autograd
+    adds the checkpointed chunks' gradients. So log-probs, entropy and every gradient are
+    the checkpointed path's bit for bit (tests/models/test_models_trained_head.py), and one
+    buffer of logits is alive where autograd's backward allocates several per chunk."""
+
+    @staticmethod
+    def forward(ctx, hidden, targets, weight, process, temperature, return_entropy, rows):
+        flat = hidden.detach().reshape(-1, hidden.shape[-1]).float()
+        targets_flat = targets.reshape(-1)
+        logprobs, entropies, lses = [], [], []
+        with torch.no_grad(), full_precision(hidden.device):
+            w = weight.float()
+            logits, scratch, probs = _chunk_buffers(3, rows, flat, w)
+            for h, t in zip(flat.split(rows), targets_flat.split(rows), strict=True):
+                n = h.shape[0]
+                z = _logits_into(logits[:n], h, w, None, process, temperature)
+                lses.append(z.logsumexp(-1))
+                logprobs.append(gathered_logprobs(z, t, lses[-1]))
+                if return_entropy:
+                    entropies.append(_entropy_into(z, scratch[:n], probs[:n]))
+        ctx.save_for_backward(flat, targets_flat, weight, torch.cat(lses))
+        ctx.process, ctx.temperature, ctx.rows = process, temperature, rows
+        ctx.hidden_shape, ctx.hidden_dtype = hidden.shape, hidden.dtype
+        return _chunked_outputs(ctx, targets, logprobs, entropies if return_entropy else None)
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        flat, targets, weight, lse = ctx.saved_tensors
+        chunks = [c.split(ctx.rows) for c in (flat, targets, grad.reshape(-1).float(), lse)]
+        dh, dw, chunk_dw = [], None, None
+        with full_precision(flat.device):
+            w = weight.float()
+            (logits,) = _chunk_buffers(1, ctx.rows, flat, w)
+            for h, t, g, chunk_lse in reversed(list(zip(*chunks, strict=True))):
+                z = _logits_into(logits[: h.shape[0]], h, w, None, ctx.process, ctx.temperature)
+                dz = z.sub_(chunk_lse[:, None]).exp_().mul_(-g[:, None])
+                dz = _tempered_in_place(
+                    dz.scatter_add_(-1, t[:, None], g[:, None]), ctx.temperature
+                )
+                dh.append(dz.mm(w))
+                if dw is None:
+                    dw = dz.t().mm(h)
+                else:  # dw + this chunk's dzᵀ·h, in place, into a buffer reused by every chunk
+                    chunk_dw = torch.empty_like(dw) if chunk_dw is None else chunk_dw
+                    dw.add_(torch.mm(dz.t(), h, out=chunk_dw))
+        grad_hidden = torch.cat(dh[::-1]).to(ctx.hidden_dtype).view(ctx.hidden_shape)
+        return grad_hidden, None, dw.to(weight.dtype), *[None] * 4
+
+
+def _chunk_buffers(count: int, rows: int, flat: torch.Tensor, weight: torch.Tensor):
+    """`count` float32 buffers of (chunk rows, V) for the chunks of `flat`'s positions under
+    a (V, H) head, one allocation for all of them; a shorter last chunk takes a prefix."""
+    shape = (count, min(rows, flat.shape[0]), weight.shape[0])
+    return torch.empty(shape, device=flat.device).unbind(0)
+
+
+def _logits_into(
+    out: torch.Tensor,
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    process: Process,
+    temperature: float,
+) -> torch.Tensor:
+    """tempered(process(h·Wᵀ + b), T), written into `out` where the processing leaves it
+    there (the image placeholder's fill does not: it returns a new tensor). The same floats
+    as `F.linear` then `tempered`: the same product, and x / T computed in place."""
+    wt = weight.t()
+    z = torch.mm(h, wt, out=out) if bias is None else torch.addmm(bias, h, wt, out=out)
+    return _tempered_in_place(process(z), temperature)
+
+
+def _tempered_in_place(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """`tempered` overwriting `logits`."""
+    return logits if temperature == 1.0 else logits.div_(temperature)
+
+
+def _entropy_into(z: torch.Tensor, log_probs: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """H = −Σ_v p_v log p_v per row of (rows, V) logits `z`, as `chunked_entropy` computes
+    it (the same floats) with its (rows, V) intermediates written into the buffers given."""
+    torch.log_softmax(z, -1, out=log_probs)
+    floor = torch.finfo(z.dtype).min  # 0·log 0 = 0, not 0·(−inf) = NaN
+    return -torch.exp(log_probs, out=probs).mul_(log_probs.clamp_(min=floor)).sum(-1)
+
+
+def _chunked_outputs(ctx, targets, logprobs, entropies) -> tuple[torch.Tensor, ...]:
+    """A head Function's outputs from its chunks: (log π, [entropy]) shaped as `targets`,
+    the entropy (logged, or compared by a recipe) marked as having no gradient."""
+    logprob = torch.cat(logprobs).view(targets.shape)
+    if entropies is None:
+        return (logprob,)
+    entropy = torch.cat(entropies).view(targets.shape)
+    ctx.mark_non_differentiable(entropy)
+    return logprob, entropy
