@@ -207,6 +207,34 @@ def test_a_long_cell_says_its_steps_and_eta_off_a_terminal(clock, tmp_path):
     ]
 
 
+def test_a_cells_metrics_are_told_from_a_previous_runs_by_their_state_not_time(clock, tmp_path):
+    """A metrics.jsonl written after the cell started counts even when its modification
+    time reads earlier than the start (file times come from the kernel's coarse clock, up to
+    a tick behind `time.time()`: `make test` once saw it), and one there before counts only
+    once it changes, even when its time reads later than the start."""
+    import os
+
+    from rlvr.compare.runner import CellWatch
+
+    with CellWatch(poll_s=None, file=io.StringIO(), after_s=10) as watch:
+        watch.start(_cell_at(tmp_path))
+        _log_steps(tmp_path, 0)
+        os.utime(tmp_path / "metrics.jsonl", (1.0, 1.0))  # stamped long before the start
+        watch.poll()
+        assert watch.cells["numberle-seed0"].bar is not None
+    previous = tmp_path / "previous"
+    previous.mkdir()
+    _log_steps(previous, 0, 1)
+    os.utime(previous / "metrics.jsonl", (4e9, 4e9))  # stamped in 2096
+    with CellWatch(poll_s=None, file=io.StringIO(), after_s=10) as watch:
+        watch.start(_cell_at(previous))
+        watch.poll()
+        assert watch.cells["numberle-seed0"].bar is None
+        _log_steps(previous, 2)
+        watch.poll()
+        assert watch.cells["numberle-seed0"].step == 2
+
+
 def test_a_short_cell_and_a_previous_runs_metrics_say_nothing(clock, tmp_path):
     import os
 

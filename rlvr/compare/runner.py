@@ -286,7 +286,8 @@ class CellWatch:
 
     def start(self, cell: Cell) -> None:
         with self._lock:
-            self.cells[cell.name] = _WatchedCell(cell, time.time())
+            metrics = Path(cell.config["out"]) / "metrics.jsonl"
+            self.cells[cell.name] = _WatchedCell(cell, file_state(metrics))
 
     def poll(self) -> None:
         with self._lock:
@@ -306,13 +307,13 @@ class CellWatch:
 @dataclass
 class _WatchedCell:
     cell: Cell
-    started: float  # time.time(): a metrics.jsonl older than this is a previous run's
+    before: tuple[int, int, int] | None  # its metrics.jsonl at the start: a previous run's
     bar: Progress | None = None
     step: int = 0
 
     def poll(self, watch: CellWatch) -> None:
         path = Path(self.cell.config["out"]) / "metrics.jsonl"
-        step = last_step(path, self.started)
+        step = last_step(path, self.before)
         if step is None:
             return
         if self.bar is None:  # its first step: the cell's progress starts here
@@ -331,11 +332,22 @@ class _WatchedCell:
         self.step = max(step, self.step)
 
 
-def last_step(path: Path, since: float = 0.0) -> int | None:
-    """The step of the last record of a metrics.jsonl written since `since` (time.time()),
-    or None (no file, an older one, or no complete record yet)."""
+def file_state(path: Path) -> tuple[int, int, int] | None:
+    """(inode, size, modification time in ns) of the file at `path`; None if there is none."""
     try:
-        if path.stat().st_mtime < since:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def last_step(path: Path, before: tuple[int, int, int] | None = None) -> int | None:
+    """The step of the last record of a metrics.jsonl, or None: no file, no complete record
+    yet, or the file still as it was (`before`, its `file_state` when the cell started: a
+    previous run's). A state, not a time: a file written just after a `time.time()`
+    reading can carry an earlier modification time (the kernel's coarse clock)."""
+    try:
+        if before is not None and file_state(path) == before:
             return None
         with path.open("rb") as fh:
             start = max(0, fh.seek(0, os.SEEK_END) - 65536)  # a record is a few kB
