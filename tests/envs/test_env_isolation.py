@@ -191,7 +191,11 @@ def _episodes(how: str, episode: dict, **options):
 )
 def test_a_hostile_environment_costs_its_sample_only(how, failure):
     before = _children()
-    gen, pool = _episodes(how, {"env_isolation": "process", "env_timeout_s": 1.0})
+    # The garbage sender scans the worker's objects for its pipe, which under load took
+    # over 1 s once (a timeout reported instead of the garbage); the others fail at once or
+    # hang until the timeout.
+    timeout = 10.0 if how == "garbage_on_the_pipe" else 1.0
+    gen, pool = _episodes(how, {"env_isolation": "process", "env_timeout_s": timeout})
     hostile, calm = gen.episodes
     assert hostile.env_failed.startswith(failure) and hostile.ended_by == "env_failed"
     assert gen.texts[0] == "<x>boom</x>"  # the turn stays; the failure ends the episode
