@@ -20,6 +20,7 @@ from rlvr.models.fused_llama import shared_prefix_hidden, supports
 from rlvr.models.lean.chunked_head import (
     FrozenHeadLogprobs,
     TrainedHeadLogprobs,
+    entropy_into,
     gathered_logprobs,
     tempered,
 )
@@ -333,9 +334,9 @@ def chunked_entropy(logits: torch.Tensor) -> torch.Tensor:
     # same floats, two (positions × V) buffers fewer.
     in_place = not (torch.is_grad_enabled() and logits.requires_grad)
     for chunk in flat.split(rows):
-        log_probs = chunk.log_softmax(-1)
         if in_place:
-            parts.append(-log_probs.exp().mul_(log_probs.clamp_(min=floor)).sum(-1))
+            parts.append(entropy_into(chunk, torch.empty_like(chunk), torch.empty_like(chunk)))
         else:
+            log_probs = chunk.log_softmax(-1)
             parts.append(-(log_probs.exp() * log_probs.clamp(min=floor)).sum(-1))
     return torch.cat(parts).reshape(logits.shape[:-1])

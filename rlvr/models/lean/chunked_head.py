@@ -62,7 +62,7 @@ class FrozenHeadLogprobs(torch.autograd.Function):
                 lse = z.logsumexp(-1)  # once, for the log-probs and p
                 logprobs.append(gathered_logprobs(z, t, lse))
                 if return_entropy:
-                    entropies.append(_entropy_into(z, scratch[:n], probs[:n]))
+                    entropies.append(entropy_into(z, scratch[:n], probs[:n]))
                 p = torch.sub(z, lse[:, None], out=scratch[:n]).exp_()
                 slopes.append(tempered(weight[t] - p @ weight, temperature))
         ctx.save_for_backward(torch.cat(slopes))
@@ -107,7 +107,7 @@ class TrainedHeadLogprobs(torch.autograd.Function):
                 lses.append(z.logsumexp(-1))
                 logprobs.append(gathered_logprobs(z, t, lses[-1]))
                 if return_entropy:
-                    entropies.append(_entropy_into(z, scratch[:n], probs[:n]))
+                    entropies.append(entropy_into(z, scratch[:n], probs[:n]))
         ctx.save_for_backward(flat, targets_flat, weight, torch.cat(lses))
         ctx.process, ctx.temperature, ctx.rows = process, temperature, rows
         ctx.hidden_shape, ctx.hidden_dtype = hidden.shape, hidden.dtype
@@ -165,9 +165,10 @@ def _tempered_in_place(logits: torch.Tensor, temperature: float) -> torch.Tensor
     return logits if temperature == 1.0 else logits.div_(temperature)
 
 
-def _entropy_into(z: torch.Tensor, log_probs: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-    """H = −Σ_v p_v log p_v per row of (rows, V) logits `z`, as `chunked_entropy` computes
-    it (the same floats) with its (rows, V) intermediates written into the buffers given."""
+def entropy_into(z: torch.Tensor, log_probs: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """H = −Σ_v p_v log p_v per row of (rows, V) logits `z`, without a gradient, its (rows,
+    V) intermediates written into the buffers given (`log_probs`, `probs`): the clamp and
+    the product in place."""
     torch.log_softmax(z, -1, out=log_probs)
     floor = torch.finfo(z.dtype).min  # 0·log 0 = 0, not 0·(−inf) = NaN
     return -torch.exp(log_probs, out=probs).mul_(log_probs.clamp_(min=floor)).sum(-1)
