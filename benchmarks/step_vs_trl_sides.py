@@ -19,7 +19,7 @@ from rlvr.models import response_logprobs
 from rlvr.models.hf_policy import reference_policy
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.train import update as rlvr_update
-from rlvr.train.allocation import allocate_adamw_state, keep_freed_pages
+from rlvr.train.allocation import SlicedAdamW, allocate_adamw_state, keep_freed_pages
 from rlvr.train.memory_budget import activation_budget
 from rlvr.train.records.rollout_record import from_generation
 from rlvr.train.sampler.precision import sampling_engine
@@ -59,7 +59,7 @@ class RlvrSide:
         )
         trained = [p for p in model.parameters() if p.requires_grad]
         # As the trainer on a CPU: AdamW's state allocated up front, freed pages kept.
-        self.optimizer = allocate_adamw_state(torch.optim.AdamW(trained, lr=LR, weight_decay=0.0))
+        self.optimizer = allocate_adamw_state(SlicedAdamW(trained, lr=LR, weight_decay=0.0))
         keep_freed_pages(next(model.parameters()).device)
         self.params = SamplingParams(group, 1.0, 1.0, tokens)
         pad = self.tokenizer.pad_token_id

@@ -56,6 +56,7 @@ from rlvr.service.types import (
     TensorData,
     from_sdk,
 )
+from rlvr.train.allocation import SlicedAdamW
 from rlvr.train.checkpoints.checkpoint import (
     load_policy_weights,
     load_trainer_state,
@@ -89,7 +90,7 @@ class TrainingClient(CompletedClient):
         self.step = 0  # optimizer steps taken
         self.version = 0  # bumped whenever the weights change (optim_step, load_state)
         self.trainable = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.trainable, lr=0.0, weight_decay=0.0)
+        self.optimizer = SlicedAdamW(self.trainable, lr=0.0, weight_decay=0.0)
         self.engine = engine or HFEngine(model, tokenizer)
         self.lock = threading.RLock()
         # Token ids must index the model's embedding, which a reloaded tokenizer can
@@ -354,7 +355,7 @@ class TrainingClient(CompletedClient):
             if optimizer:
                 self.optimizer.load_state_dict(state["optimizer"])
             else:
-                self.optimizer = torch.optim.AdamW(self.trainable, lr=0.0, weight_decay=0.0)
+                self.optimizer = SlicedAdamW(self.trainable, lr=0.0, weight_decay=0.0)
             self.step = int(state["step"])
             self._samplers = int(state.get("samplers", self._samplers))
             self.version += 1

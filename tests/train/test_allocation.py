@@ -11,7 +11,7 @@ import textwrap
 import pytest
 import torch
 
-from rlvr.train.allocation import allocate_adamw_state
+from rlvr.train.allocation import SlicedAdamW, allocate_adamw_state
 
 
 def _model():
@@ -67,6 +67,65 @@ def test_a_resumed_state_replaces_the_eager_one():
     assert torch.equal(resumed.state[other[0]]["exp_avg"], optimizer.state[params[0]]["exp_avg"])
 
 
+def _params():
+    torch.manual_seed(0)
+    shapes = [(40, 3), (7,), (5, 4), (1,)]
+    params = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+    params.append(torch.nn.Parameter(torch.randn(4, 6).t()))  # not contiguous: stepped whole
+    params.append(torch.nn.Parameter(torch.randn(9)))  # no gradient ever reaches it
+    return params
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"weight_decay": 0.0},
+        {"weight_decay": 0.1, "amsgrad": True},
+        {"weight_decay": 0.05, "maximize": True, "betas": (0.8, 0.95), "eps": 1e-6},
+    ],
+)
+def test_sliced_adamw_gives_torchs_floats(options):
+    """Slices of 7 elements (so a slice boundary falls inside rows and a last slice is
+    short) give exactly torch's parameters and state, step after step, the learning rate
+    changing between steps as a schedule changes it."""
+    ours, theirs = _params(), _params()
+    sliced = SlicedAdamW(ours, lr=0.1, slice_elements=7, **options)
+    plain = torch.optim.AdamW(theirs, lr=0.1, **options)
+    torch.manual_seed(1)
+    for step in range(4):
+        for a, b in zip(ours[:-1], theirs[:-1], strict=True):
+            a.grad = torch.randn(a.shape) * 10 ** (step - 2)
+            b.grad = a.grad.clone()
+        for optimizer in (sliced, plain):
+            optimizer.param_groups[0]["lr"] = 0.1 / (step + 1)
+            optimizer.step()
+        for a, b in zip(ours, theirs, strict=True):
+            assert torch.equal(a, b), (step, a.shape)
+    for a, b in zip(ours[:-1], theirs[:-1], strict=True):
+        mine, torchs = sliced.state[a], plain.state[b]
+        assert mine.keys() == torchs.keys() and mine["step"] == 4
+        for key, value in torchs.items():
+            assert torch.equal(mine[key], value), key
+    assert ours[-1] not in sliced.state  # as torch: no state without a gradient
+    assert sliced.state_dict()["state"].keys() == plain.state_dict()["state"].keys()
+
+
+def test_sliced_adamw_needs_a_positive_slice():
+    with pytest.raises(ValueError, match="slice_elements must be ≥ 1, got 0"):
+        SlicedAdamW(_params(), slice_elements=0)
+
+
+def test_sliced_adamw_hands_other_groups_to_torch(monkeypatch):
+    """A group torch steps with its foreach kernels is not sliced (nor is anything else)."""
+    params = _params()
+    for p in params:
+        p.grad = torch.ones(p.shape)
+    sliced = SlicedAdamW(params, lr=0.1, foreach=True)
+    monkeypatch.setattr(SlicedAdamW, "_step_in_slices", lambda *a: pytest.fail("sliced"))
+    sliced.step()
+    assert sliced.state[params[0]]["step"] == 1
+
+
 FAULTS = """
 import resource, sys, torch
 sys.path.insert(0, {root!r})
@@ -99,3 +158,19 @@ def test_freed_pages_are_reused_not_faulted_in_again():
         counts[keep] = int(out[1])
     assert counts[False] >= 16 * 2**20 * 4 // 4096 // 2  # at least half its pages, each time
     assert counts[True] < 500
+
+
+def test_a_step_frees_its_gradients_after_applying_them(small_config):
+    """After a training step no parameter holds a gradient: freed when applied, not at the
+    next step's first backward, through whose rollout they would otherwise stay allocated
+    (the weights did change: the step was applied)."""
+    from rlvr.train import Trainer
+
+    trainer = Trainer(small_config(lr=1e-2))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    metrics = trainer.train_step()
+    assert metrics["train/optimizer_steps"] >= 1 and metrics["train/backward_skipped"] == 0
+    assert all(p.grad is None for p in trainer.model.parameters())
+    assert any(
+        not torch.equal(a, p) for a, p in zip(before, trainer.model.parameters(), strict=True)
+    )
