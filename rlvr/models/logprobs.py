@@ -22,6 +22,7 @@ from rlvr.models.lean.chunked_head import (
     TrainedHeadLogprobs,
     entropy_into,
     gathered_logprobs,
+    logprobs_without_grad,
     tempered,
 )
 from rlvr.models.precision import full_precision
@@ -241,6 +242,10 @@ def head_logprobs(
         return TrainedHeadLogprobs.apply(
             hidden, targets, head_module.weight, process, temperature, return_entropy, rows
         )
+    if not torch.is_grad_enabled() and _float32_head(model, hidden, fp32_head):
+        return logprobs_without_grad(
+            hidden, targets, head_module, process, temperature, return_entropy, rows
+        )
     recompute = torch.is_grad_enabled()
     chunks = zip(
         hidden.reshape(-1, hidden.shape[-1]).split(rows),
@@ -291,10 +296,14 @@ def _plain_head(
 ) -> bool:
     """A gradient is being taken through a plain `nn.Linear` head into float32 logits with
     no processing but the image placeholder, and none through the entropy."""
+    return torch.is_grad_enabled() and not entropy_grad and _float32_head(model, hidden, fp32_head)
+
+
+def _float32_head(model: torch.nn.Module, hidden: torch.Tensor, fp32_head: bool) -> bool:
+    """A plain `nn.Linear` head into float32 logits with no processing but the image
+    placeholder."""
     return (
-        torch.is_grad_enabled()
-        and not entropy_grad
-        and type(model.get_output_embeddings()) is torch.nn.Linear
+        type(model.get_output_embeddings()) is torch.nn.Linear
         and (
             fp32_head
             or (hidden.dtype == torch.float32 and not torch.is_autocast_enabled(hidden.device.type))

@@ -156,3 +156,65 @@ def test_entropy_without_a_gradient_is_the_differentiable_one_bit_for_bit():
     tracked = lp.chunked_entropy(logits.clone().requires_grad_())
     assert torch.equal(quick, tracked.detach()) and quick[0] == 0
     assert (quick[1:] > 0).all()
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_without_a_gradient_two_buffers_give_the_chunked_paths_numbers(
+    monkeypatch, bias, temperature
+):
+    """π_ref's and π_old's forwards (no gradient): 48 positions in 16 chunks of 3, written
+    into one allocation of two (3, V) buffers, give the per-chunk path's log-probs and
+    entropies bit for bit, with or without a head bias."""
+    monkeypatch.setattr(lp, "CHUNK_VALUES", 60)
+    model = _policy(tied=True)
+    if bias:
+        model.lm_head.bias = torch.nn.Parameter(torch.randn(VOCAB))
+    buffers = []
+    allocate = chunked_head._chunk_buffers
+    monkeypatch.setattr(
+        chunked_head, "_chunk_buffers", lambda *a: buffers.append(allocate(*a)) or buffers[-1]
+    )
+    torch.manual_seed(1)
+    response_ids = torch.randint(2, VOCAB, (8, 6))
+    mask = torch.ones(8, 6)
+    mask[1, 4:] = 0
+
+    def forward():
+        with torch.no_grad():
+            return lp.response_logprobs(
+                model, [[5, 6, 7], [8, 9]] * 4, response_ids, mask, PAD,
+                temperature=temperature, return_entropy=True,
+            )  # fmt: skip
+
+    fast = forward()
+    assert len(buffers) == 1 and [b.shape for b in buffers[0]] == [(3, VOCAB)] * 2
+    monkeypatch.setattr(lp, "_float32_head", lambda *a: False)
+    slow = forward()
+    assert len(buffers) == 1  # the per-chunk path allocates its own
+    assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
+    assert fast[0][0].abs().min() > 0 and fast[1][0].min() > 0  # not a comparison of zeros
+
+
+def test_logsumexp_into_a_buffer_is_atens_logsumexp():
+    """Rows of ordinary logits, of −inf (all masked), with one +inf, with a NaN, and one
+    of very large logits: the same floats (and the same NaNs) as `torch.logsumexp`, the
+    shifted exponentials left in the scratch buffer."""
+    torch.manual_seed(0)
+    z = torch.randn(6, 50) * 20
+    z[1] = float("-inf")
+    z[2, 7] = float("inf")
+    z[3, 0] = float("nan")
+    z[4] += 1e30
+    z[5, :25] = float("-inf")
+    scratch = torch.empty_like(z)
+    got = chunked_head.logsumexp_into(z, scratch)
+    want = torch.logsumexp(z, -1)
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(
+        got.nan_to_num(), want.nan_to_num()
+    )
+    assert torch.equal(scratch[0], (z[0] - z[0].max()).exp())
+    # by hand: log(e⁰ + e⁰) = log 2 for a row of two zeros
+    assert (
+        chunked_head.logsumexp_into(torch.zeros(1, 2), torch.empty(1, 2)) == torch.tensor(2.0).log()
+    )

@@ -59,7 +59,7 @@ class FrozenHeadLogprobs(torch.autograd.Function):
             for h, t in zip(flat.split(rows), targets.reshape(-1).split(rows), strict=True):
                 n = h.shape[0]
                 z = _logits_into(logits[:n], h.float(), weight, bias, process, temperature)
-                lse = z.logsumexp(-1)  # once, for the log-probs and p
+                lse = logsumexp_into(z, scratch[:n])  # once, for the log-probs and p
                 logprobs.append(gathered_logprobs(z, t, lse))
                 if return_entropy:
                     entropies.append(entropy_into(z, scratch[:n], probs[:n]))
@@ -100,14 +100,14 @@ class TrainedHeadLogprobs(torch.autograd.Function):
         logprobs, entropies, lses = [], [], []
         with torch.no_grad(), full_precision(hidden.device):
             w = weight.float()
-            logits, scratch, probs = _chunk_buffers(3, rows, flat, w)
+            logits, scratch = _chunk_buffers(2, rows, flat, w)
             for h, t in zip(flat.split(rows), targets_flat.split(rows), strict=True):
                 n = h.shape[0]
                 z = _logits_into(logits[:n], h, w, None, process, temperature)
-                lses.append(z.logsumexp(-1))
+                lses.append(logsumexp_into(z, scratch[:n]))
                 logprobs.append(gathered_logprobs(z, t, lses[-1]))
-                if return_entropy:
-                    entropies.append(entropy_into(z, scratch[:n], probs[:n]))
+                if return_entropy:  # z is not read again: p is written over it
+                    entropies.append(entropy_into(z, scratch[:n], z))
         ctx.save_for_backward(flat, targets_flat, weight, torch.cat(lses))
         ctx.process, ctx.temperature, ctx.rows = process, temperature, rows
         ctx.hidden_shape, ctx.hidden_dtype = hidden.shape, hidden.dtype
@@ -135,6 +135,39 @@ class TrainedHeadLogprobs(torch.autograd.Function):
                     dw.add_(torch.mm(dz.t(), h, out=chunk_dw))
         grad_hidden = torch.cat(dh[::-1]).to(ctx.hidden_dtype).view(ctx.hidden_shape)
         return grad_hidden, None, dw.to(weight.dtype), *[None] * 4
+
+
+def logprobs_without_grad(hidden, targets, head, process, temperature, return_entropy, rows):
+    """(log π(target), [entropy]) per position of `targets` from hidden states (..., H),
+    without a gradient (π_ref's and π_old's forwards): the numbers of the chunked path in
+    `rlvr.models.logprobs.head_logprobs`, each chunk's logits, exp(z − max z) and the
+    entropy's intermediates written into two buffers allocated once for the pass."""
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    logprobs, entropies = [], []
+    with torch.no_grad(), full_precision(hidden.device):
+        weight = head.weight.float()
+        bias = None if head.bias is None else head.bias.float()
+        logits, scratch = _chunk_buffers(2, rows, flat, weight)
+        for h, t in zip(flat.split(rows), targets.reshape(-1).split(rows), strict=True):
+            n = h.shape[0]
+            z = _logits_into(logits[:n], h.float(), weight, bias, process, temperature)
+            logprobs.append(gathered_logprobs(z, t, logsumexp_into(z, scratch[:n])))
+            if return_entropy:  # z is not read again: p is written over it
+                entropies.append(entropy_into(z, scratch[:n], z))
+    columns = [logprobs, entropies] if return_entropy else [logprobs]
+    return tuple(torch.cat(column).view(targets.shape) for column in columns)
+
+
+def logsumexp_into(z: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    """log Σ_v exp z_v per row of (rows, V) `z`, with exp(z − max z) written into `scratch`:
+    ATen's `logsumexp` step by step (the max, set to 0 where it is ±inf, the shifted
+    exponentials' sum, its log plus the max), whose own (rows, V) temporary this replaces;
+    the same floats (tests/models/test_models_trained_head.py)."""
+    maxes = torch.amax(z, -1, keepdim=True)
+    flat_maxes = maxes.squeeze(-1)  # a view: the fill below changes `maxes` too, as ATen's
+    flat_maxes.masked_fill_(flat_maxes.abs() == float("inf"), 0)
+    total = torch.sum(torch.sub(z, maxes, out=scratch).exp_(), -1)
+    return total.log_().add_(flat_maxes)
 
 
 def _chunk_buffers(count: int, rows: int, flat: torch.Tensor, weight: torch.Tensor):
