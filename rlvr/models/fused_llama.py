@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rlvr.models.lean import CatLinear, SwiGLU, rms_norm, swiglu  # noqa: F401 (tests patch SwiGLU)
+from rlvr.models.lean import CatLinear, SwiGLU, SwiGLUDown, rms_norm, swiglu  # noqa: F401 (tests patch SwiGLU)
 from rlvr.models.precision import autocast_dtype
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
@@ -156,6 +156,23 @@ def _project(
         return y
     update = F.linear(F.linear(x, low[0]), low[1])
     return y.add_(update) if update.dtype == y.dtype else y + update
+
+
+def _gated_down(gate: torch.Tensor, up: torch.Tensor, layer: _Layer) -> torch.Tensor:
+    """The down projection of SiLU(gate) ⊙ up: in a float32 training forward of a plain
+    bias-free down projection (a full fine-tune's) through `SwiGLUDown`, which keeps the
+    gate's product for neither Function's backward; otherwise `swiglu` then `_project`."""
+    w = layer.down_w
+    if (
+        torch.is_grad_enabled()
+        and layer.down_b is None
+        and layer.down_low is None
+        and isinstance(w, torch.Tensor)
+        and gate.dtype == w.dtype == torch.float32
+        and not torch.is_autocast_enabled(gate.device.type)
+    ):
+        return SwiGLUDown.apply(gate, up, w)
+    return _project(swiglu(gate, up), w, layer.down_b, layer.down_low)
 
 
 @dataclass
@@ -347,7 +364,7 @@ class FusedLlama:
             x = x + _project(out, layer.o_w, layer.o_b, layer.o_low)
             h = rms_norm(x, layer.ln2, self.eps)
             gate, up = _project(h, layer.gate_up_w, layer.gate_up_b, layer.gate_up_low).chunk(2, -1)
-            x = x + _project(swiglu(gate, up), layer.down_w, layer.down_b, layer.down_low)
+            x = x + _gated_down(gate, up, layer)
         return rms_norm(x, base.norm.weight, self.eps)
 
     def prefill(

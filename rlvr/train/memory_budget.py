@@ -29,7 +29,10 @@ def saved_floats_per_token(config: Any, keys: int, fused: bool = True) -> int:
         5·H                     the two RMSNorm inputs (the residual stream) and outputs, o_proj's input
       + 2·(n_q + 2·n_kv)·D      the fused q/k/v output, and q/k after the rotary positions
       + n_q·keys                the attention probabilities
-      + 3·I                     the gate/up output, and their product (down's input)
+      + 3·I                     the gate/up output, and their product (down's input;
+                                a float32 full fine-tune's `SwiGLUDown` keeps no product:
+                                counted all the same, so that no run's micro-batches,
+                                and so none of its numbers, change)
 
     times the layers, plus 2·H for the final norm. H = hidden size, I = intermediate size,
     D = head dimension, n_q/n_kv = query/key-value heads. The LM head's logits are not

@@ -34,19 +34,32 @@ def logprobs_and_grads(model, precision="fp32"):
     return logprobs.detach(), [p.grad.clone() for p in model.parameters() if p.requires_grad]
 
 
+def plain_down(gate, up, layer):
+    """The composition `SwiGLUDown` replaces: the plain gate, then the down projection."""
+    return fused_llama._project(plain(gate, up), layer.down_w, layer.down_b, layer.down_low)
+
+
 def with_plain_ops(monkeypatch, measure, *args):
-    """`measure(*args)` with the plain composition in the forward in place of `SwiGLU`."""
+    """`measure(*args)` with the plain composition in the forward in place of `SwiGLU`
+    and `SwiGLUDown`."""
     with monkeypatch.context() as patch:
         patch.setattr(fused_llama, "swiglu", plain)
+        patch.setattr(fused_llama, "_gated_down", plain_down)
         return measure(*args)
 
 
 def calls_to_swiglu(monkeypatch):
-    """A list that gets one entry per `SwiGLU.apply`: proof the Function ran, without which
-    the equality tests below would compare the plain ops with themselves."""
+    """A list that gets the Function's name per `SwiGLU.apply` or `SwiGLUDown.apply`: proof
+    a Function ran, without which the equality tests below would compare the plain ops
+    with themselves."""
     calls = []
-    apply = fused_llama.SwiGLU.apply
-    monkeypatch.setattr(fused_llama.SwiGLU, "apply", lambda *a: calls.append(1) or apply(*a))
+    for function in (fused_llama.SwiGLU, fused_llama.SwiGLUDown):
+        apply = function.apply
+        monkeypatch.setattr(
+            function,
+            "apply",
+            lambda *a, name=function.__name__, apply=apply: calls.append(name) or apply(*a),
+        )
     return calls
 
 
@@ -73,6 +86,37 @@ def test_the_function_equals_the_composition_bit_for_bit(dtype):
     assert gate.grad is None and torch.equal(up.grad, grad * F.silu(gate))
 
 
+@pytest.mark.parametrize("trained", ["all", "weight", "inputs", "up"])
+def test_the_gated_down_projection_equals_the_composition_bit_for_bit(trained):
+    """`SwiGLUDown` against `F.linear(SiLU(gate)·up, W)`: the value and every gradient asked
+    for, on views of one fused gate/up output, for (..., I) rows of a 3-d batch; with only
+    W trained (LoRA's frozen inputs are not; the first layer's gate/up are), only the
+    inputs, or only `up`: no gradient for what was not asked."""
+    torch.manual_seed(0)
+    gate_up = torch.randn(3, 5, 16) * 4
+    weight = torch.randn(6, 8)
+    grad = torch.randn(3, 5, 6)
+    results = []
+    for composed in (lambda g, u, w: F.linear(plain(g, u), w), fused_llama.SwiGLUDown.apply):
+        leaves = gate_up.clone().requires_grad_(trained in ("all", "inputs")), weight.clone()
+        leaves[1].requires_grad_(trained in ("all", "weight"))
+        gate, up = leaves[0].chunk(2, -1)
+        if trained == "up":
+            gate, up = gate.detach(), up.detach().requires_grad_()
+            leaves = (up, leaves[1])
+        out = composed(gate, up, leaves[1])
+        out.backward(grad)
+        results.append((out.detach(), [t.grad for t in leaves]))
+    (want, want_grads), (got, got_grads) = results
+    assert torch.equal(got, want)
+    for a, b in zip(got_grads, want_grads, strict=True):
+        assert (a is None) == (b is None) and (a is None or torch.equal(a, b))
+    assert [g is not None for g in got_grads] == {
+        "all": [True, True], "weight": [False, True], "inputs": [True, False], "up": [True, False]
+    }[trained]  # fmt: skip
+    assert all(g.abs().min() > 0 for g in got_grads if g is not None)
+
+
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 @pytest.mark.parametrize("build", [qwen2, llama_gqa])
 def test_training_forward_gradients_are_the_plain_ops_bit_for_bit(build, lora, monkeypatch):
@@ -80,8 +124,9 @@ def test_training_forward_gradients_are_the_plain_ops_bit_for_bit(build, lora, m
     want, want_grads = with_plain_ops(monkeypatch, logprobs_and_grads, model)
     calls = calls_to_swiglu(monkeypatch)
     got, got_grads = logprobs_and_grads(model)
-    # The prompts' forward and the responses' forward, each through every layer.
-    assert len(calls) == 2 * model.config.num_hidden_layers
+    # The prompts' forward and the responses' forward, each through every layer; a full
+    # fine-tune's bias-free down projection with the gate (`SwiGLUDown`), LoRA's apart.
+    assert calls == ["SwiGLU" if lora else "SwiGLUDown"] * 2 * model.config.num_hidden_layers
     assert torch.equal(got, want)
     assert len(got_grads) == len(want_grads) and all(g.abs().max() > 0 for g in want_grads)
     for a, b in zip(got_grads, want_grads, strict=True):
@@ -151,12 +196,15 @@ def test_one_activation_of_intermediate_size_fewer_per_token_and_layer(
     # rows × 4 response columns (the longest response is 5: its last token predicts
     # nothing): 40 tokens through each of 2 layers. The plain ops also keep silu(gate),
     # I = 64 floats a token: 2·40·64 = 5,120 floats, 20,480 B in float32 and 10,240 B in
-    # bf16 (the products' dtype under autocast). Fails if anything else kept changes too.
+    # bf16 (the products' dtype under autocast). A float32 full fine-tune's `SwiGLUDown`
+    # also keeps no product SiLU(gate)·up for the down projection's weight gradient: as
+    # much again, 40,960 B. Fails if anything else kept changes too.
     model = with_lora(llama_gqa()) if lora else llama_gqa()
     before = with_plain_ops(monkeypatch, saved_bytes, model, *batch(), precision)
     after = saved_bytes(model, *batch(), precision)
     width = {"fp32": 4, "bf16": 2}[precision]
-    assert before - after == 2 * 40 * 64 * width
+    products = 2 if precision == "fp32" and not lora else 1
+    assert before - after == products * 2 * 40 * 64 * width
 
 
 def test_the_budgets_count_is_at_least_what_a_layer_keeps():
