@@ -31,7 +31,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rlvr.models.lean import CatLinear, SwiGLU, SwiGLUDown, rms_norm, swiglu  # noqa: F401 (tests patch SwiGLU)
+from rlvr.models.lean import (  # noqa: F401 (tests patch SwiGLU)
+    CatLinear,
+    NormedCatLinear,
+    SwiGLU,
+    SwiGLUDown,
+    rms_norm,
+    swiglu,
+)
 from rlvr.models.precision import autocast_dtype
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
@@ -156,6 +163,29 @@ def _project(
         return y
     update = F.linear(F.linear(x, low[0]), low[1])
     return y.add_(update) if update.dtype == y.dtype else y + update
+
+
+def _normed_project(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    w: torch.Tensor | tuple,
+    b: torch.Tensor | None,
+    low: tuple | None,
+) -> torch.Tensor:
+    """The projection of RMSNorm(x): in a float32 training forward of weights concatenated
+    per product (a full fine-tune's q/k/v and gate/up) through `NormedCatLinear`, which
+    keeps the normed x for neither Function's backward; otherwise `rms_norm` then
+    `_project`."""
+    if (
+        low is None
+        and isinstance(w, tuple)
+        and torch.is_grad_enabled()
+        and x.dtype == norm_weight.dtype == torch.float32
+        and all(t.dtype == torch.float32 for t in w)
+    ):
+        return NormedCatLinear.apply(x, x, norm_weight, eps, b, *w)
+    return _project(rms_norm(x, norm_weight, eps), w, b, low)
 
 
 def _gated_down(gate: torch.Tensor, up: torch.Tensor, layer: _Layer) -> torch.Tensor:
@@ -340,9 +370,8 @@ class FusedLlama:
         neg = torch.finfo(self.dtype).min  # the scores' dtype: a finite mask value
         blocked = ~allowed
         for layer, (k_cache, v_cache) in zip(self.layers, cache, strict=True):
-            h = rms_norm(x, layer.ln1, self.eps)
             # (B, S, (nq + 2·nkv)·D); `split`, not slices: one backward op, no zero-filled grads.
-            qkv = _project(h, layer.qkv_w, layer.qkv_b, layer.qkv_low)
+            qkv = _normed_project(x, layer.ln1, self.eps, layer.qkv_w, layer.qkv_b, layer.qkv_low)
             qk, v = qkv.split(((nq + nkv) * d, nkv * d), -1)
             # Rotary positions on the query and key heads at once (B, S, nq + nkv, D). The
             # halves are swapped by `cat`: `roll` gives the same values, but inductor
@@ -362,8 +391,10 @@ class FusedLlama:
             out = probs.view(batch, nkv, rep * steps, -1) @ values  # (B, nkv, rep·S, D)
             out = out.view(batch, nq, steps, d).transpose(1, 2).reshape(batch, steps, nq * d)
             x = x + _project(out, layer.o_w, layer.o_b, layer.o_low)
-            h = rms_norm(x, layer.ln2, self.eps)
-            gate, up = _project(h, layer.gate_up_w, layer.gate_up_b, layer.gate_up_low).chunk(2, -1)
+            gate_up = _normed_project(
+                x, layer.ln2, self.eps, layer.gate_up_w, layer.gate_up_b, layer.gate_up_low
+            )
+            gate, up = gate_up.chunk(2, -1)
             x = x + _gated_down(gate, up, layer)
         return rms_norm(x, base.norm.weight, self.eps)
 

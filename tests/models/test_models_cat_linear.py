@@ -19,6 +19,12 @@ def concatenated(x, bias, *weights):
     return F.linear(x, torch.cat(weights), bias)
 
 
+def unfused(x, norm_weight, eps, w, b, low):
+    """`NormedCatLinear`'s composition, `rms_norm` then `_project` (whose products go
+    through `CatLinear.apply`), each looked up when called so that a test may patch them."""
+    return fused_llama._project(fused_llama.rms_norm(x, norm_weight, eps), w, b, low)
+
+
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("shape", [(7, 4, 32), (1, 1, 32), (5, 32)])
 def test_the_function_equals_the_concatenation_bit_for_bit(bias, shape):
@@ -62,6 +68,7 @@ def logprobs_and_grads(model):
 def test_training_forward_is_the_concatenations_bit_for_bit(build, lora, monkeypatch):
     """qwen2 has q/k/v biases (concatenated beside the weights), llama_gqa none."""
     model = with_lora(build()) if lora else build()
+    monkeypatch.setattr(fused_llama, "_normed_project", unfused)  # CatLinear alone
     with monkeypatch.context() as patch:
         patch.setattr(fused_llama.CatLinear, "apply", concatenated)
         want, want_grads = logprobs_and_grads(model)
@@ -82,6 +89,7 @@ def test_no_concatenated_copy_is_kept_for_the_backward(monkeypatch):
     concatenations autograd kept were q/k/v (32 + 2·16 = 64 rows of 32) and gate/up (2·64
     rows of 32): 6,144 floats a layer, 12,288 in all, 49,152 bytes; nothing else changes."""
     model = llama_gqa()
+    monkeypatch.setattr(fused_llama, "_normed_project", unfused)  # CatLinear alone
     with monkeypatch.context() as patch:
         patch.setattr(fused_llama.CatLinear, "apply", concatenated)
         before = saved_bytes(model, *batch())

@@ -5,6 +5,7 @@ bit, in float32 and under bf16 autocast, for a full fine-tune and for LoRA."""
 
 import pytest
 import torch
+from test_models_cat_linear import unfused
 from test_models_fused_llama import PAD, batch, llama_gqa, qwen2
 from test_models_fused_llama_lora import with_lora
 from test_models_swiglu import saved_bytes
@@ -67,6 +68,7 @@ def logprobs_and_grads(model, precision):
 @pytest.mark.parametrize("build", [qwen2, llama_gqa])
 def test_training_forward_is_the_plain_ops_bit_for_bit(build, lora, precision, monkeypatch):
     model = with_lora(build()) if lora else build()
+    monkeypatch.setattr(fused_llama, "_normed_project", unfused)  # RMSNorm alone
     with monkeypatch.context() as patch:
         patch.setattr(fused_llama, "rms_norm", plain)
         want, want_grads = logprobs_and_grads(model, precision)
@@ -87,6 +89,7 @@ def test_one_hidden_size_activation_fewer_per_token_and_norm(monkeypatch):
     of 2 norms and its final norm: 5 norms × 40 tokens × H = 32 floats of 4 bytes each,
     25,600 bytes, fewer kept; nothing else changes."""
     model = llama_gqa()
+    monkeypatch.setattr(fused_llama, "_normed_project", unfused)  # RMSNorm alone
     with monkeypatch.context() as patch:
         patch.setattr(fused_llama, "rms_norm", plain)
         before = saved_bytes(model, *batch())

@@ -23,31 +23,38 @@ class CatLinear(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, bias: torch.Tensor | None, *weights: torch.Tensor):
         ctx.save_for_backward(x, *weights)
         ctx.has_bias = bias is not None
-        # F.linear's own products (addmm with a bias, mm without) over x's rows, written into
-        # an output of x's shape: no view of a tensor made here, so the caller may add to
-        # it in place (`_project`'s LoRA term).
-        w = torch.cat(weights)
-        out = x.new_empty(*x.shape[:-1], w.shape[0])
-        rows, out_rows = x.reshape(-1, x.shape[-1]), out.view(-1, w.shape[0])
-        if bias is None:
-            torch.mm(rows, w.t(), out=out_rows)
-        else:
-            torch.addmm(bias, rows, w.t(), out=out_rows)
-        return out
+        return cat_product(x, bias, weights)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         x, *weights = ctx.saved_tensors
-        rows = grad.reshape(-1, grad.shape[-1])
-        d_x = d_bias = None
-        if ctx.needs_input_grad[0]:
-            d_x = rows.mm(torch.cat(weights)).view(x.shape)
-        if ctx.has_bias and ctx.needs_input_grad[1]:
-            d_bias = rows.sum(0)
-        d_weights = [None] * len(weights)
-        if any(ctx.needs_input_grad[2:]):
-            d_cat = rows.t().mm(x.reshape(-1, x.shape[-1]))
-            parts = d_cat.split([w.shape[0] for w in weights])
-            wanted = ctx.needs_input_grad[2:]
-            d_weights = [d if need else None for d, need in zip(parts, wanted, strict=True)]
-        return d_x, d_bias, *d_weights
+        need = ctx.needs_input_grad
+        return cat_product_grads(grad, x, weights, need[0], ctx.has_bias and need[1], need[2:])
+
+
+def cat_product(x: torch.Tensor, bias: torch.Tensor | None, weights) -> torch.Tensor:
+    """x·cat(weights)ᵀ + b: F.linear's own products (addmm with a bias, mm without) over x's
+    rows, written into an output of x's shape: no view of a tensor made here, so the
+    caller may add to it in place (`_project`'s LoRA term)."""
+    w = torch.cat(weights)
+    out = x.new_empty(*x.shape[:-1], w.shape[0])
+    rows, out_rows = x.reshape(-1, x.shape[-1]), out.view(-1, w.shape[0])
+    if bias is None:
+        torch.mm(rows, w.t(), out=out_rows)
+    else:
+        torch.addmm(bias, rows, w.t(), out=out_rows)
+    return out
+
+
+def cat_product_grads(grad, x, weights, need_x: bool, need_bias: bool, need_weights):
+    """(∂L/∂x, ∂L/∂b, ∂L/∂W₁ … ∂L/∂W_k) of `cat_product` from ∂L/∂y, each None where not
+    needed: autograd's products for F.linear over the concatenation."""
+    rows = grad.reshape(-1, grad.shape[-1])
+    d_x = rows.mm(torch.cat(weights)).view(x.shape) if need_x else None
+    d_bias = rows.sum(0) if need_bias else None
+    d_weights = [None] * len(weights)
+    if any(need_weights):
+        d_cat = rows.t().mm(x.reshape(-1, x.shape[-1]))
+        parts = d_cat.split([w.shape[0] for w in weights])
+        d_weights = [d if need else None for d, need in zip(parts, need_weights, strict=True)]
+    return d_x, d_bias, *d_weights

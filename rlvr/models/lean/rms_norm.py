@@ -26,23 +26,32 @@ class RMSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, same_x, weight, eps):
-        r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        r = rms_scale(x, eps)
         ctx.save_for_backward(x, r, weight)
         return weight * (x * r)
 
     @staticmethod
     def backward(ctx, grad):
         x, r, weight = ctx.saved_tensors
-        d_weight = None
-        if ctx.needs_input_grad[2]:
-            d_weight = (grad * (x * r)).sum_to_size(weight.shape)
-        d_normed = grad * weight
-        d_product = d_normed * r
-        d_r = (d_normed * x).sum(-1, keepdim=True)
-        d_mean = -0.5 * d_r * r.pow(3)
-        d_square = d_mean.expand(x.shape) / x.shape[-1]
-        d_mean_path = d_square * (2 * x.pow(1))
-        return d_product, d_mean_path, d_weight, None
+        return *rms_norm_grads(grad, x, r, weight, ctx.needs_input_grad[2]), None
+
+
+def rms_scale(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """r = 1 / √(mean(x²) + ε) over the last dimension, kept as (..., 1)."""
+    return torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def rms_norm_grads(grad, x, r, weight, need_weight: bool):
+    """(∂L/∂x by the product, ∂L/∂x by the mean, ∂L/∂w) of y = w ⊙ x·r from ∂L/∂y: the ops
+    autograd runs for the composition, in its order (`RMSNorm`)."""
+    d_weight = (grad * (x * r)).sum_to_size(weight.shape) if need_weight else None
+    d_normed = grad * weight
+    d_product = d_normed * r
+    d_r = (d_normed * x).sum(-1, keepdim=True)
+    d_mean = -0.5 * d_r * r.pow(3)
+    d_square = d_mean.expand(x.shape) / x.shape[-1]
+    d_mean_path = d_square * (2 * x.pow(1))
+    return d_product, d_mean_path, d_weight
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
