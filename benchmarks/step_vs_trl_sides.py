@@ -86,6 +86,7 @@ class RlvrSide:
 
     def step(self) -> dict[str, float]:
         start, start_cpu = time.perf_counter(), time.process_time()
+        self.optimizer.zero_grad(set_to_none=True)  # as the trainer, before the rollout
         gen = self.engine.generate_ids(self.prompt_ids, self.params, self.generator)
         rewards = [reward(t) for t in gen.texts]
         rollout = from_generation(

@@ -285,8 +285,4 @@ def _clip_and_step(model, optimizer, max_grad_norm: float) -> tuple[float, bool]
         optimizer.zero_grad(set_to_none=True)
         return norm, False
     optimizer.step()
-    # Freed now, not at the next step's first backward: on a CPU they would otherwise sit
-    # among the next rollout's and π_ref forward's buffers (SmolLM2-135M: 0.5 GB in 272
-    # pieces), and glibc's heap grows around them.
-    optimizer.zero_grad(set_to_none=True)
     return norm, True
