@@ -73,3 +73,15 @@ def critic_update(
         torch.nn.utils.clip_grad_norm_(critic.parameters(), max_grad_norm)
     optimizer.step()
     return total
+
+
+def explained_variance(values, returns, mask) -> float:
+    """1 − Var(R − V) / Var(R) over the positions where `mask` > 0 (0 with fewer than two,
+    or when the returns do not vary): how much of the returns' variance the critic
+    explains."""
+    valid = mask > 0
+    if valid.sum() < 2:
+        return 0.0
+    v, r = values[valid].double(), returns[valid].double()
+    var = r.var()
+    return float(1.0 - (r - v).var() / var) if var > 0 else 0.0

@@ -48,7 +48,7 @@ from rlvr.train.collect import (
 )
 from rlvr.train.config import TrainConfig, check_eval_size
 from rlvr.train.config_checks import warn_overlong_budget
-from rlvr.train.critic import critic_optimizer, critic_update, critic_values
+from rlvr.train.critic import critic_optimizer, critic_update, critic_values, explained_variance
 from rlvr.train.memory_budget import activation_budget
 from rlvr.train.prompt_pool import PromptPool
 from rlvr.train.records.rollout_record import Rollout
@@ -384,7 +384,7 @@ class Trainer:
                         precision=self.cfg.precision,
                     )
                 )
-        explained = _explained_variance(rollout.values, returns, mask)
+        explained = explained_variance(rollout.values, returns, mask)
         return {"loss/value": sum(losses) / max(len(losses), 1), "critic/explained_var": explained}
 
     def pretrain_critic(self) -> list[dict[str, float]]:
@@ -494,12 +494,3 @@ def _stateful(trainer: Trainer) -> dict[str, Any]:
     """The trainer's optimizers and LR schedulers, by attribute name."""
     kinds = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
     return {k: v for k, v in vars(trainer).items() if isinstance(v, kinds)}
-
-
-def _explained_variance(values, returns, mask) -> float:
-    valid = mask > 0
-    if valid.sum() < 2:
-        return 0.0
-    v, r = values[valid].double(), returns[valid].double()
-    var = r.var()
-    return float(1.0 - (r - v).var() / var) if var > 0 else 0.0
