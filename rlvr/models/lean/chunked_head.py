@@ -97,17 +97,10 @@ class TrainedHeadLogprobs(torch.autograd.Function):
     def forward(ctx, hidden, targets, weight, process, temperature, return_entropy, rows):
         flat = hidden.detach().reshape(-1, hidden.shape[-1]).float()
         targets_flat = targets.reshape(-1)
-        logprobs, entropies, lses = [], [], []
         with torch.no_grad(), full_precision(hidden.device):
-            w = weight.float()
-            logits, scratch = _chunk_buffers(2, rows, flat, w)
-            for h, t in zip(flat.split(rows), targets_flat.split(rows), strict=True):
-                n = h.shape[0]
-                z = _logits_into(logits[:n], h, w, None, process, temperature)
-                lses.append(logsumexp_into(z, scratch[:n]))
-                logprobs.append(gathered_logprobs(z, t, lses[-1]))
-                if return_entropy:  # z is not read again: p is written over it
-                    entropies.append(entropy_into(z, scratch[:n], z))
+            logprobs, entropies, lses = _head_chunks(
+                flat, targets_flat, weight.float(), None, process, temperature, return_entropy, rows
+            )
         ctx.save_for_backward(flat, targets_flat, weight, torch.cat(lses))
         ctx.process, ctx.temperature, ctx.rows = process, temperature, rows
         ctx.hidden_shape, ctx.hidden_dtype = hidden.shape, hidden.dtype
@@ -142,20 +135,31 @@ def logprobs_without_grad(hidden, targets, head, process, temperature, return_en
     without a gradient (π_ref's and π_old's forwards): the numbers of the chunked path in
     `rlvr.models.logprobs.head_logprobs`, each chunk's logits, exp(z − max z) and the
     entropy's intermediates written into two buffers allocated once for the pass."""
-    flat = hidden.reshape(-1, hidden.shape[-1])
-    logprobs, entropies = [], []
+    flat = hidden.reshape(-1, hidden.shape[-1]).float()
     with torch.no_grad(), full_precision(hidden.device):
-        weight = head.weight.float()
         bias = None if head.bias is None else head.bias.float()
-        logits, scratch = _chunk_buffers(2, rows, flat, weight)
-        for h, t in zip(flat.split(rows), targets.reshape(-1).split(rows), strict=True):
-            n = h.shape[0]
-            z = _logits_into(logits[:n], h.float(), weight, bias, process, temperature)
-            logprobs.append(gathered_logprobs(z, t, logsumexp_into(z, scratch[:n])))
-            if return_entropy:  # z is not read again: p is written over it
-                entropies.append(entropy_into(z, scratch[:n], z))
+        logprobs, entropies, _ = _head_chunks(
+            flat, targets.reshape(-1), head.weight.float(), bias, process, temperature,
+            return_entropy, rows,
+        )  # fmt: skip
     columns = [logprobs, entropies] if return_entropy else [logprobs]
     return tuple(torch.cat(column).view(targets.shape) for column in columns)
+
+
+def _head_chunks(flat, targets, weight, bias, process, temperature, return_entropy, rows):
+    """Per chunk of `rows` float32 positions: log π(target), the entropy (if asked) and
+    logsumexp z, each chunk's logits written into one buffer and exp(z − max z) and the
+    entropy's intermediates into another, allocated once for the pass."""
+    logprobs, entropies, lses = [], [], []
+    logits, scratch = _chunk_buffers(2, rows, flat, weight)
+    for h, t in zip(flat.split(rows), targets.split(rows), strict=True):
+        n = h.shape[0]
+        z = _logits_into(logits[:n], h, weight, bias, process, temperature)
+        lses.append(logsumexp_into(z, scratch[:n]))
+        logprobs.append(gathered_logprobs(z, t, lses[-1]))
+        if return_entropy:  # z is not read again: p is written over it
+            entropies.append(entropy_into(z, scratch[:n], z))
+    return logprobs, entropies, lses
 
 
 def logsumexp_into(z: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
