@@ -25,6 +25,7 @@ from rlvr.models.lean.chunked_head import (
     logprobs_without_grad,
     tempered,
 )
+from rlvr.models.lean.head_product import head_logits
 from rlvr.models.precision import full_precision
 from rlvr.vision.prompts import image_inputs
 from rlvr.vision.qwen_vl import placeholder_unsampled
@@ -71,10 +72,32 @@ def lm_head_logits(model: torch.nn.Module, hidden: torch.Tensor, fp32_head: bool
     bf16 autocast region (ScaleRL's FP32 head, arXiv:2510.13786)."""
     head = model.get_output_embeddings()
     if not fp32_head:
+        if _float32_product(head, hidden):
+            return process_logits(model.config, _linear(hidden, head.weight, head.bias))
         return process_logits(model.config, head(hidden).float())
     bias = None if head.bias is None else head.bias.float()
     with full_precision(hidden.device):
-        return process_logits(model.config, F.linear(hidden.float(), head.weight.float(), bias))
+        return process_logits(model.config, _linear(hidden.float(), head.weight.float(), bias))
+
+
+def _float32_product(head: torch.nn.Module, hidden: torch.Tensor) -> bool:
+    """Whether `head(hidden)` is a plain float32 `F.linear` (no autocast)."""
+    return (
+        type(head) is torch.nn.Linear
+        and hidden.dtype == head.weight.dtype == torch.float32
+        and not torch.is_autocast_enabled(hidden.device.type)
+    )
+
+
+def _linear(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+    """F.linear(hidden, weight, bias); without a gradient, the same floats from
+    `head_logits` (over slices of V on a CPU: a sampler's every decode step)."""
+    differentiable = (hidden, weight) if bias is None else (hidden, weight, bias)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in differentiable):
+        return F.linear(hidden, weight, bias)
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    out = flat.new_empty(flat.shape[0], weight.shape[0])
+    return head_logits(flat, weight, bias, out).view(*hidden.shape[:-1], weight.shape[0])
 
 
 def process_logits(config: object, logits: torch.Tensor) -> torch.Tensor:

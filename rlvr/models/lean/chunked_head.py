@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import torch
 
+from rlvr.models.lean.head_product import add_weight_grad, head_logits
 from rlvr.models.precision import full_precision
 
 Process = Callable[[torch.Tensor], torch.Tensor]  # a model's own logit processing
@@ -110,7 +111,7 @@ class TrainedHeadLogprobs(torch.autograd.Function):
     def backward(ctx, grad, *_):
         flat, targets, weight, lse = ctx.saved_tensors
         chunks = [c.split(ctx.rows) for c in (flat, targets, grad.reshape(-1).float(), lse)]
-        dh, dw, chunk_dw = [], None, None
+        dh, dw = [], None
         with full_precision(flat.device):
             w = weight.float()
             (logits,) = _chunk_buffers(1, ctx.rows, flat, w)
@@ -121,11 +122,7 @@ class TrainedHeadLogprobs(torch.autograd.Function):
                     dz.scatter_add_(-1, t[:, None], g[:, None]), ctx.temperature
                 )
                 dh.append(dz.mm(w))
-                if dw is None:
-                    dw = dz.t().mm(h)
-                else:  # dw + this chunk's dzᵀ·h, in place, into a buffer reused by every chunk
-                    chunk_dw = torch.empty_like(dw) if chunk_dw is None else chunk_dw
-                    dw.add_(torch.mm(dz.t(), h, out=chunk_dw))
+                dw = add_weight_grad(dw, dz, h)  # dw + this chunk's dzᵀ·h, in place
         grad_hidden = torch.cat(dh[::-1]).to(ctx.hidden_dtype).view(ctx.hidden_shape)
         return grad_hidden, None, dw.to(weight.dtype), *[None] * 4
 
@@ -191,9 +188,9 @@ def _logits_into(
 ) -> torch.Tensor:
     """tempered(process(h·Wᵀ + b), T), written into `out` where the processing leaves it
     there (the image placeholder's fill does not: it returns a new tensor). The same floats
-    as `F.linear` then `tempered`: the same product, and x / T computed in place."""
-    wt = weight.t()
-    z = torch.mm(h, wt, out=out) if bias is None else torch.addmm(bias, h, wt, out=out)
+    as `F.linear` then `tempered`: the same product (over slices of V on a CPU,
+    `head_logits`), and x / T computed in place."""
+    z = head_logits(h, weight, bias, out)
     return _tempered_in_place(process(z), temperature)
 
 
