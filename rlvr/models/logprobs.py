@@ -263,8 +263,9 @@ def head_logprobs(
         )
     if trained_head_applies(model, hidden, fp32_head, entropy_grad):
         return TrainedHeadLogprobs.apply(
-            hidden, targets, head_module.weight, process, temperature, return_entropy, rows
-        )
+            hidden, targets, head_module.weight, process, temperature, return_entropy, rows,
+            keeps_head_probabilities(model),
+        )  # fmt: skip
     if not torch.is_grad_enabled() and _float32_head(model, hidden, fp32_head):
         return logprobs_without_grad(
             hidden, targets, head_module, process, temperature, return_entropy, rows
@@ -312,6 +313,23 @@ def trained_head_applies(
         and head.weight.requires_grad
         and _plain_head(model, hidden, fp32_head, entropy_grad)
     )
+
+
+def keeps_head_probabilities(model: torch.nn.Module) -> bool:
+    """Whether a trained head (`TrainedHeadLogprobs`) keeps each chunk's probabilities from
+    its forward for its backward instead of recomputing the chunk's logits there: one
+    LM-head product per chunk fewer (1.2 s of a 64-token SmolLM2 step, benchmarks/
+    RESULTS.md), for V floats kept per response token. It does when the fused Llama
+    forward runs the model (`supports`) and V ≤ L·(I + 2H): the memory budget counts per
+    token the SwiGLU product and the normed inputs that its float32 full fine-tune does not
+    keep (`rlvr.train.memory_budget.saved_floats_per_token`, counted all the same so that
+    no run's micro-batches change), L·(I + 2H) floats, and the probabilities fit in them.
+    The numbers are the same either way."""
+    if not supports(model):
+        return False
+    config = model.config
+    room = config.num_hidden_layers * (config.intermediate_size + 2 * config.hidden_size)
+    return model.get_output_embeddings().weight.shape[0] <= room
 
 
 def _plain_head(

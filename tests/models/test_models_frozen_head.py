@@ -68,7 +68,7 @@ def logprobs_entropy_and_grads(model, temperature=0.7, rows=8, bf16=False):
     return logprob.detach(), entropy, grads
 
 
-class _HeadProducts(TorchDispatchMode):
+class HeadProducts(TorchDispatchMode):
     """Counts the matrix products with the head's weight: an operand with a dimension of
     the vocabulary's size (no other tensor of the tiny model has one)."""
 
@@ -115,7 +115,7 @@ def test_two_products_with_the_head_instead_of_three(monkeypatch):
     counts = []
     for applies in (lp.frozen_head_applies, lambda *a: False):
         monkeypatch.setattr(lp, "frozen_head_applies", applies)
-        with _HeadProducts() as spy:
+        with HeadProducts() as spy:
             logprobs_entropy_and_grads(model)
         counts.append(spy.count)
     chunks = 16

@@ -5,7 +5,7 @@ bit for bit."""
 
 import pytest
 import torch
-from test_models_frozen_head import logprobs_entropy_and_grads, no_processing
+from test_models_frozen_head import HeadProducts, logprobs_entropy_and_grads, no_processing
 
 from rlvr.models import build_tiny_policy, tiny_qwen2_config
 from rlvr.models import logprobs as lp
@@ -15,7 +15,8 @@ PAD = 0
 VOCAB = 20
 
 
-def test_gradients_of_a_log_prob_by_hand():
+@pytest.mark.parametrize("keep", [False, True])
+def test_gradients_of_a_log_prob_by_hand(keep):
     # W rows e₁, e₂, e₁+e₂ and h = (0, 0): every logit 0, p = (⅓, ⅓, ⅓), log π(0) = −log 3.
     # With T = 0.5 and an upstream gradient g = 3:
     #   ∂/∂h = g·(W₀ − pᵀW)/T = 3·((1, 0) − (⅔, ⅔))/0.5 = (2, −4);
@@ -25,7 +26,7 @@ def test_gradients_of_a_log_prob_by_hand():
     weight = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], requires_grad=True)
     hidden = torch.zeros(1, 2, requires_grad=True)
     (logprob,) = lp.TrainedHeadLogprobs.apply(
-        hidden, torch.tensor([0]), weight, no_processing, 0.5, False, 1
+        hidden, torch.tensor([0]), weight, no_processing, 0.5, False, 1, keep
     )
     torch.testing.assert_close(logprob, -torch.tensor([3.0]).log())
     (3 * logprob).sum().backward()
@@ -35,7 +36,7 @@ def test_gradients_of_a_log_prob_by_hand():
     weight.grad = None
     hidden = torch.tensor([[1.0, 0.0]], requires_grad=True)
     (logprob,) = lp.TrainedHeadLogprobs.apply(
-        hidden, torch.tensor([0]), weight, no_processing, 0.5, False, 1
+        hidden, torch.tensor([0]), weight, no_processing, 0.5, False, 1, keep
     )
     e2 = torch.tensor(2.0).exp()
     p = torch.stack([e2, torch.tensor(1.0), e2]) / (2 * e2 + 1)
@@ -55,13 +56,16 @@ def _policy(tied: bool):
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 @pytest.mark.parametrize("chunk_values", [300, 60])
+@pytest.mark.parametrize("keep", [True, False])
 def test_equals_autograd_through_the_checkpointed_head_bit_for_bit(
-    monkeypatch, tied, temperature, chunk_values
+    monkeypatch, tied, temperature, chunk_values, keep
 ):
     """48 positions in chunks of 15 (300 logits) and of 3 (60), the head tied to the
-    embedding or not: log-probs, entropies and every parameter's gradient (the head's
+    embedding or not, each chunk's probabilities kept for the backward or its logits
+    recomputed there: log-probs, entropies and every parameter's gradient (the head's
     included, and with a tied head the embedding's rows added to it) are equal."""
     monkeypatch.setattr(lp, "CHUNK_VALUES", chunk_values)
+    monkeypatch.setattr(lp, "keeps_head_probabilities", lambda model: keep)
     model = _policy(tied)
     calls = []
     apply = lp.TrainedHeadLogprobs.apply
@@ -79,12 +83,15 @@ def test_equals_autograd_through_the_checkpointed_head_bit_for_bit(
         assert grad.abs().max() > 0, name  # the comparison is not between zeros
 
 
-@pytest.mark.parametrize(("head_trains", "passes"), [(True, 2), (False, 1)])
-def test_every_chunk_writes_its_logits_into_one_buffer(monkeypatch, head_trains, passes):
+@pytest.mark.parametrize(
+    ("head_trains", "keep", "passes"), [(True, False, 2), (True, True, 1), (False, False, 1)]
+)
+def test_every_chunk_writes_its_logits_into_one_buffer(monkeypatch, head_trains, keep, passes):
     """48 positions in 16 chunks of 3: each pass over them (the forward, and a trained
-    head's backward) allocates one buffer of 3 × V logits, into which every chunk's
-    logits are written, instead of 16 fresh ones."""
+    head's backward unless it kept the probabilities) allocates one buffer of 3 × V
+    logits, into which every chunk's logits are written, instead of 16 fresh ones."""
     monkeypatch.setattr(lp, "CHUNK_VALUES", 60)
+    monkeypatch.setattr(lp, "keeps_head_probabilities", lambda model: keep)
     model = _policy(tied=False)
     model.lm_head.weight.requires_grad_(head_trains)
     buffers, written = [], []
@@ -218,3 +225,46 @@ def test_logsumexp_into_a_buffer_is_atens_logsumexp():
     assert (
         chunked_head.logsumexp_into(torch.zeros(1, 2), torch.empty(1, 2)) == torch.tensor(2.0).log()
     )
+
+
+@pytest.mark.parametrize(("keep", "per_chunk"), [(True, 3), (False, 4)])
+def test_kept_probabilities_save_one_product_per_chunk(monkeypatch, keep, per_chunk):
+    """16 chunks of 3 positions: the forward's logits, then in the backward dz·W and
+    dzᵀ·h, with the logits recomputed first unless the forward kept p = exp(z − lse)."""
+    monkeypatch.setattr(lp, "CHUNK_VALUES", 60)
+    monkeypatch.setattr(lp, "keeps_head_probabilities", lambda model: keep)
+    model = _policy(tied=False)
+    with HeadProducts() as spy:
+        logprobs_entropy_and_grads(model)
+    assert spy.count == per_chunk * 16
+
+
+def test_a_second_backward_recomputes_what_the_first_consumed(monkeypatch):
+    """The kept probabilities are overwritten by the first backward's dz: a second one
+    (retain_graph) recomputes the logits and gets the same gradients."""
+    monkeypatch.setattr(lp, "CHUNK_VALUES", 60)
+    model = _policy(tied=False)
+    assert lp.keeps_head_probabilities(model)
+    torch.manual_seed(1)
+    logprob = lp.response_logprobs(
+        model, [[5, 6, 7], [8, 9]] * 4, torch.randint(2, VOCAB, (8, 6)), torch.ones(8, 6), PAD
+    )
+    logprob.sum().backward(retain_graph=True)
+    first = model.lm_head.weight.grad.clone()
+    model.zero_grad()
+    logprob.sum().backward()
+    assert torch.equal(model.lm_head.weight.grad, first) and first.abs().max() > 0
+
+
+def test_which_models_keep_the_probabilities(monkeypatch):
+    """V ≤ L·(I + 2H), the floats per token the budget counts but the fused float32 full
+    fine-tune does not keep: 20 ≤ 2·(512 + 64) here; SmolLM2's 49,152 ≤ 30·(1536 + 1152);
+    not 2,000 > 1·(32 + 32), nor a model the fused forward does not run."""
+    assert lp.keeps_head_probabilities(_policy(tied=False))
+    config = tiny_qwen2_config(vocab_size=2000, hidden=16, layers=1, heads=2, kv_heads=1)
+    config.intermediate_size = 32
+    assert not lp.keeps_head_probabilities(build_tiny_policy(config, seed=0))
+    config.vocab_size = 64
+    assert lp.keeps_head_probabilities(build_tiny_policy(config, seed=0))
+    monkeypatch.setattr(lp, "supports", lambda model: False)
+    assert not lp.keeps_head_probabilities(_policy(tied=False))

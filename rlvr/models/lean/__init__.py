@@ -1,8 +1,9 @@
 """Autograd Functions that keep less for the backward than autograd would, with the same
 numbers: the fused Llama forward's SwiGLU and its down projection (`swiglu`), its
 concatenated projections (`cat_linear`), its RMSNorm (`rms_norm`) and the two together
-(`normed_linear`), and the LM head over chunks of positions (`chunked_head`). Each is
-tested bit for bit against the composition it replaces."""
+(`normed_linear`), and the LM head over chunks of positions (`chunked_head`), whose
+products with the head's weight run over slices of the vocabulary on a CPU
+(`head_product`). Each is tested bit for bit against the composition it replaces."""
 
 from rlvr.models.lean.cat_linear import CatLinear
 from rlvr.models.lean.normed_linear import NormedCatLinear

@@ -92,16 +92,23 @@ class TrainedHeadLogprobs(torch.autograd.Function):
     dh = dz·W and dW = dzᵀ·h, summed over chunks from the last, the order in which autograd
     adds the checkpointed chunks' gradients. So log-probs, entropy and every gradient are
     the checkpointed path's bit for bit (tests/models/test_models_trained_head.py), and one
-    buffer of logits is alive where autograd's backward allocates several per chunk."""
+    buffer of logits is alive where autograd's backward allocates several per chunk.
+
+    With `keep` the forward keeps each chunk's p = exp(z − lse), the same floats, and the
+    backward takes them instead of recomputing z: one product with W per chunk fewer, for
+    (positions, V) floats kept from the forward to the backward, each chunk's freed once
+    its gradient is out (`rlvr.models.logprobs.keeps_head_probabilities` decides)."""
 
     @staticmethod
-    def forward(ctx, hidden, targets, weight, process, temperature, return_entropy, rows):
+    def forward(ctx, hidden, targets, weight, process, temperature, return_entropy, rows, keep):
         flat = hidden.detach().reshape(-1, hidden.shape[-1]).float()
         targets_flat = targets.reshape(-1)
         with torch.no_grad(), full_precision(hidden.device):
-            logprobs, entropies, lses = _head_chunks(
-                flat, targets_flat, weight.float(), None, process, temperature, return_entropy, rows
-            )
+            logprobs, entropies, lses, probs = _head_chunks(
+                flat, targets_flat, weight.float(), None, process, temperature, return_entropy,
+                rows, keep,
+            )  # fmt: skip
+        ctx.probs = probs if keep else None
         ctx.save_for_backward(flat, targets_flat, weight, torch.cat(lses))
         ctx.process, ctx.temperature, ctx.rows = process, temperature, rows
         ctx.hidden_shape, ctx.hidden_dtype = hidden.shape, hidden.dtype
@@ -112,19 +119,24 @@ class TrainedHeadLogprobs(torch.autograd.Function):
         flat, targets, weight, lse = ctx.saved_tensors
         chunks = [c.split(ctx.rows) for c in (flat, targets, grad.reshape(-1).float(), lse)]
         dh, dw = [], None
+        probs, ctx.probs = ctx.probs, None  # a second backward (retain_graph) recomputes
         with full_precision(flat.device):
             w = weight.float()
-            (logits,) = _chunk_buffers(1, ctx.rows, flat, w)
+            logits = None if probs else _chunk_buffers(1, ctx.rows, flat, w)[0]
             for h, t, g, chunk_lse in reversed(list(zip(*chunks, strict=True))):
-                z = _logits_into(logits[: h.shape[0]], h, w, None, ctx.process, ctx.temperature)
-                dz = z.sub_(chunk_lse[:, None]).exp_().mul_(-g[:, None])
+                if probs:
+                    p = probs.pop()  # freed once this chunk's gradient is out
+                else:
+                    z = _logits_into(logits[: h.shape[0]], h, w, None, ctx.process, ctx.temperature)
+                    p = z.sub_(chunk_lse[:, None]).exp_()
+                dz = p.mul_(-g[:, None])
                 dz = _tempered_in_place(
                     dz.scatter_add_(-1, t[:, None], g[:, None]), ctx.temperature
                 )
                 dh.append(dz.mm(w))
                 dw = add_weight_grad(dw, dz, h)  # dw + this chunk's dzᵀ·h, in place
         grad_hidden = torch.cat(dh[::-1]).to(ctx.hidden_dtype).view(ctx.hidden_shape)
-        return grad_hidden, None, dw.to(weight.dtype), *[None] * 4
+        return grad_hidden, None, dw.to(weight.dtype), *[None] * 5
 
 
 def logprobs_without_grad(hidden, targets, head, process, temperature, return_entropy, rows):
@@ -135,28 +147,30 @@ def logprobs_without_grad(hidden, targets, head, process, temperature, return_en
     flat = hidden.reshape(-1, hidden.shape[-1]).float()
     with torch.no_grad(), full_precision(hidden.device):
         bias = None if head.bias is None else head.bias.float()
-        logprobs, entropies, _ = _head_chunks(
+        logprobs, entropies, _, _ = _head_chunks(
             flat, targets.reshape(-1), head.weight.float(), bias, process, temperature,
-            return_entropy, rows,
+            return_entropy, rows, keep=False,
         )  # fmt: skip
     columns = [logprobs, entropies] if return_entropy else [logprobs]
     return tuple(torch.cat(column).view(targets.shape) for column in columns)
 
 
-def _head_chunks(flat, targets, weight, bias, process, temperature, return_entropy, rows):
+def _head_chunks(flat, targets, weight, bias, process, temperature, return_entropy, rows, keep):
     """Per chunk of `rows` float32 positions: log π(target), the entropy (if asked) and
     logsumexp z, each chunk's logits written into one buffer and exp(z − max z) and the
     entropy's intermediates into another, allocated once for the pass."""
-    logprobs, entropies, lses = [], [], []
+    logprobs, entropies, lses, probs = [], [], [], []
     logits, scratch = _chunk_buffers(2, rows, flat, weight)
     for h, t in zip(flat.split(rows), targets.split(rows), strict=True):
         n = h.shape[0]
         z = _logits_into(logits[:n], h, weight, bias, process, temperature)
         lses.append(logsumexp_into(z, scratch[:n]))
         logprobs.append(gathered_logprobs(z, t, lses[-1]))
+        if keep:  # p = exp(z − lse), as the backward would compute it from z recomputed
+            probs.append(torch.sub(z, lses[-1][:, None]).exp_())
         if return_entropy:  # z is not read again: p is written over it
             entropies.append(entropy_into(z, scratch[:n], z))
-    return logprobs, entropies, lses
+    return logprobs, entropies, lses, probs
 
 
 def logsumexp_into(z: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
