@@ -81,19 +81,22 @@ def lm_head_logits(model: torch.nn.Module, hidden: torch.Tensor, fp32_head: bool
 
 
 def _float32_product(head: torch.nn.Module, hidden: torch.Tensor) -> bool:
-    """Whether `head(hidden)` is a plain float32 `F.linear` (no autocast)."""
+    """Whether `head(hidden)` is a plain float32 `F.linear` (no autocast) on a CPU."""
     return (
-        type(head) is torch.nn.Linear
+        hidden.device.type == "cpu"
+        and type(head) is torch.nn.Linear
         and hidden.dtype == head.weight.dtype == torch.float32
         and not torch.is_autocast_enabled(hidden.device.type)
     )
 
 
 def _linear(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
-    """F.linear(hidden, weight, bias); without a gradient, the same floats from
-    `head_logits` (over slices of V on a CPU: a sampler's every decode step)."""
+    """F.linear(hidden, weight, bias); on a CPU without a gradient, the same floats from
+    `head_logits` over slices of V (a sampler's every decode step)."""
     differentiable = (hidden, weight) if bias is None else (hidden, weight, bias)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in differentiable):
+    if hidden.device.type != "cpu" or (
+        torch.is_grad_enabled() and any(t.requires_grad for t in differentiable)
+    ):
         return F.linear(hidden, weight, bias)
     flat = hidden.reshape(-1, hidden.shape[-1])
     out = flat.new_empty(flat.shape[0], weight.shape[0])

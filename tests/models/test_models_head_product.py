@@ -119,6 +119,11 @@ def test_the_samplers_head_takes_the_slices_and_a_gradient_does_not(monkeypatch)
             logits = lp.lm_head_logits(model, hidden, fp32_head)
             assert torch.equal(logits, head(hidden)) and logits.shape == (2, 3, 2100)
     assert calls == [1, 1]
+    # Off a CPU (here the meta device): F.linear, one product, as before.
+    meta = _Model(torch.nn.Linear(16, 2100, device="meta"))
+    with torch.no_grad():
+        assert lp.lm_head_logits(meta, torch.empty(2, 16, device="meta"), False).shape == (2, 2100)
+    assert calls == [1, 1]
     # With a gradient through the head (the checkpointed path): F.linear, differentiable.
     hidden.requires_grad_(True)
     lp.lm_head_logits(model, hidden, False).sum().backward()
