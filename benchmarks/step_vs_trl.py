@@ -45,7 +45,8 @@ ones: both sides load it in fp32 with its own tokenizer, on the first `--prompts
 with `--lora R` (peft LoRA of rank R, α = 2R, on every linear layer, adapters drawn from one
 seed on both sides; 0 = full fine-tune) and `--beta` (KL to π_ref: TRL keeps a reference
 model, or disables the adapter under LoRA; rlvr a frozen copy, or the adapter-disabled view).
-The fp32 comparison only (no bf16, no floor). Each contestant's peak RSS is printed.
+The fp32 comparison only (no bf16; the floor line only with `--floor`). Each contestant's
+peak RSS is printed.
 
 `--service` adds the lab-facing contestant (step_vs_trl_service_side.py): the same GRPO
 step through rlvr.service's primitives, as a lab script writes it (sampler sync, `sample`
@@ -57,7 +58,7 @@ Needs the `bench` extra (`pip install -e .[bench]`); rlvr itself never imports T
 Run: python benchmarks/step_vs_trl.py [--sizes 3m,30m] [--losses grpo,dapo] [--reps 8]
      [--in-process] [--no-floor] [--compile] [--no-bf16] [--service]
      python benchmarks/step_vs_trl.py --model smollm2-135m --prompts 4 --tokens 24 \
-       --beta 0.04 --lora 16 --losses grpo --reps 3 --warmup 1
+       --beta 0.04 --lora 16 --losses grpo --reps 3 --warmup 1 [--floor]
 """
 
 from __future__ import annotations
@@ -116,7 +117,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--model",
         help="a real model instead of the tiny ones: directory, GGUF file or alias "
-        "(rlvr's --model); implies --no-bf16 --no-floor",
+        "(rlvr's --model); implies --no-bf16, and --no-floor unless --floor",
+    )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="with --model: add the floor: line (about ten more steps and their products "
+        "replayed: some 10 minutes on SmolLM2-135M at 64 tokens)",
     )
     parser.add_argument("--prompts", type=int, default=8, help="how many of the 8 prompts")
     parser.add_argument("--lora", type=int, default=0, help="LoRA rank (0: full fine-tune)")
@@ -150,7 +157,9 @@ def main() -> None:
     if args.model and args.in_process:
         raise SystemExit("--model runs each contestant in its own process; drop --in-process")
     if args.model:
-        args.sizes, args.no_bf16, args.no_floor = args.model, True, True
+        args.sizes, args.no_bf16, args.no_floor = args.model, True, not args.floor
+    elif args.floor:
+        raise SystemExit("--floor is for --model (the tiny models' floor runs unless --no-floor)")
     work.WORK = Work(args.model, args.prompts, args.lora, args.beta, args.memory_budget)
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -7,6 +7,7 @@ same order on the same memory (`replay`); each share applied to rlvr's median st
 
 from __future__ import annotations
 
+import bisect
 import statistics
 import sys
 import time
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from step_vs_trl_fp32 import CONTESTANTS
 from step_vs_trl_sides import RlvrSide
-from step_vs_trl_work import build_hf_tokenizer, build_model
+from step_vs_trl_work import build_work
 from torch.utils._python_dispatch import TorchDispatchMode
 
 MATMUL_OPS = ("mm", "addmm", "bmm", "baddbmm")  # aten ops, as dispatched and profiled
@@ -58,30 +59,58 @@ class _Operand:
         return cls(t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype)
 
     def extent(self) -> int:
+        """Elements from the first to the last one the operand reaches (0 if empty)."""
+        if 0 in self.shape:
+            return 0
         return 1 + sum((n - 1) * step for n, step in zip(self.shape, self.stride, strict=True))
+
+    def nbytes(self) -> int:
+        return self.extent() * self.dtype.itemsize
+
+
+ALIGN = 64  # bytes, a cache line: each replayed operand keeps its address modulo ALIGN
 
 
 def replay(calls: list[tuple]):
-    """A function that runs the recorded products again, alone and in their order. An
-    operand's address picks its buffer, so products that read the same tensor (a weight)
-    read the same buffer again, and activations reuse memory the way the allocator
-    reused it: the caches see the step's memory, less everything between the products."""
-    extent: dict[tuple, int] = {}
-    for _, operands, named in calls:
-        for x in (*operands, *named.values()):
-            if isinstance(x, _Operand):
-                key = (x.address, x.dtype)
-                extent[key] = max(extent.get(key, 0), x.extent())
-    buffers = {key: torch.randn(n).to(key[1]) for key, n in extent.items()}
+    """A function that runs the recorded products again, alone and in their order, on
+    memory laid out as the step's was: the byte ranges the operands reached are merged
+    where they overlap, each merged range gets one buffer, and every operand sits in its
+    range's buffer at the offset it had (and at the same place in a cache line). So
+    products that read the same tensor (a weight) read the same memory again, views into
+    one tensor (a chunk of a buffer, a slice of a weight) stay views into one buffer, and
+    activations reuse memory the way the allocator reused it: the caches see the step's
+    memory, less everything between the products. The memory taken is what the step's
+    products reached, once."""
+    operands = [
+        x
+        for _, args, named in calls
+        for x in (*args, *named.values())
+        if isinstance(x, _Operand) and x.extent()
+    ]
+    ranges: list[list[int]] = []  # merged [first byte, end)
+    for first, end in sorted({(x.address, x.address + x.nbytes()) for x in operands}):
+        if ranges and first <= ranges[-1][1]:
+            ranges[-1][1] = max(ranges[-1][1], end)
+        else:
+            ranges.append([first, end])
+    firsts = [first for first, _ in ranges]
+    memory = [_random_bytes(first, end - first) for first, end in ranges]
 
     def materialize(x):
         if not isinstance(x, _Operand):
             return x
-        return buffers[(x.address, x.dtype)].as_strided(x.shape, x.stride)
+        if not x.extent():
+            return torch.empty(x.shape, dtype=x.dtype)
+        i = bisect.bisect_right(firsts, x.address) - 1
+        offset = x.address - firsts[i]
+        return memory[i][offset : offset + x.nbytes()].view(x.dtype).as_strided(x.shape, x.stride)
 
+    for x in operands:  # values of the operand's own type, not float32's bits read as it
+        if x.dtype.is_floating_point and x.dtype != torch.float32:
+            materialize(_Operand(x.address, (x.extent(),), (1,), x.dtype)).normal_()
     ready = [
-        (func, [materialize(x) for x in operands], {k: materialize(x) for k, x in named.items()})
-        for func, operands, named in calls
+        (func, [materialize(x) for x in args], {k: materialize(x) for k, x in named.items()})
+        for func, args, named in calls
     ]
 
     def run() -> None:
@@ -89,6 +118,15 @@ def replay(calls: list[tuple]):
             func(*args, **kwargs)
 
     return run
+
+
+def _random_bytes(address: int, size: int) -> torch.Tensor:
+    """`size` bytes of float32 normal values, starting at the same place in a cache line as
+    `address` (float32 operands read them as such)."""
+    total = size + ALIGN
+    raw = torch.randn((total + 3) // 4).view(torch.uint8)
+    shift = (address - raw.data_ptr()) % ALIGN
+    return raw[shift : shift + size]
 
 
 def best_gemm_rate(size: int = 1024, reps: int = 10) -> float:
@@ -114,8 +152,8 @@ def floor(size, loss, tokens, group, rounds: int = 5) -> dict[str, float]:
     real step then the replays, so that drift hits both alike)."""
     from torch.profiler import ProfilerActivity, profile
 
-    hf_tok = build_hf_tokenizer()
-    side = RlvrSide(build_model(size, len(hf_tok)), hf_tok, loss, tokens, group)
+    hf_tok, model = build_work(size)  # the tiny model of `size`, or `--model`'s
+    side = RlvrSide(model, hf_tok, loss, tokens, group)
     for _ in range(2):
         side.step()
     generate, ends = side.engine.generate_ids, []

@@ -4,6 +4,7 @@
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -51,3 +52,44 @@ def test_replay_runs_the_same_products_in_order_on_shared_buffers():
     (_, (x1_, w1), _), (_, (x2_, w2), _) = again.calls[:2]
     assert w1.address == w2.address
     assert x1_.address != x2_.address
+
+
+def test_floor_of_a_tiny_step_counts_its_products_and_times_their_replay():
+    """`floor` on the 3 M model (the work `build_work` gives without `--model`): the step's
+    products are counted, some of the profiled step is inside them, and replayed alone they
+    take a positive share of the step."""
+    from step_vs_trl_floor import floor
+
+    bound = floor("3m", "grpo", tokens=4, group=2, rounds=1)
+    assert bound["flops"] > 0 and bound["products"] > 0
+    assert 0 < bound["share"] <= 1
+    assert bound["alone_step"] > 0 and bound["rate_rest"] > 0
+    assert bound["ideal_s"] == bound["flops"] / bound["rate"]
+
+
+def test_the_floor_flag_is_for_a_real_model(monkeypatch):
+    """`--floor` asks for the floor line of `--model`'s run; without `--model` it is an
+    error (the tiny models' floor runs unless `--no-floor`), not ignored."""
+    import step_vs_trl
+
+    monkeypatch.setattr(sys, "argv", ["step_vs_trl.py", "--floor"])
+    with pytest.raises(SystemExit, match="--floor is for --model"):
+        step_vs_trl.main()
+
+
+def test_replay_keeps_views_in_one_buffer_at_their_offsets():
+    """A tensor and a view into it (a chunk of rows) are replayed on one buffer, the view
+    at the same byte offset from the tensor and each at the same place in a cache line as
+    in the step, so the products reach the memory the step's reached."""
+    base, w = torch.randn(8, 4), torch.randn(5, 4)
+    chunk = base[3:]  # 48 bytes into `base`
+    with MatmulTrace() as trace:
+        base @ w.t()
+        chunk @ w.t()
+    run = replay(trace.calls)
+    with MatmulTrace() as again:
+        run()
+    (_, (b, w1), _), (_, (c, w2), _) = again.calls
+    assert c.address - b.address == chunk.data_ptr() - base.data_ptr() == 48
+    assert b.address % 64 == base.data_ptr() % 64 and w1.address % 64 == w.data_ptr() % 64
+    assert w1.address == w2.address
