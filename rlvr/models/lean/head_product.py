@@ -25,7 +25,7 @@ def head_logits(
     """h·Wᵀ + b written into `out` (rows, V), for (rows, H) `h` and a (V, H) weight:
     `torch.mm` (`torch.addmm` with a bias) over slices of W's rows on a CPU, one call
     elsewhere; the same floats either way."""
-    for rows in _slices(weight, h.device):
+    for rows in _slices(weight.shape[0], h.device):
         wt = weight[rows].t()
         if bias is None:
             torch.mm(h, wt, out=out[:, rows])
@@ -40,7 +40,7 @@ def add_weight_grad(total: torch.Tensor | None, dz: torch.Tensor, h: torch.Tenso
     is in the cache, from a buffer of one slice's rows (fewer than 2·SLICE): the floats of
     one product into a (V, H) buffer added at once (each element is one product's element
     plus one addition)."""
-    slices = _slices(dz.t(), dz.device)
+    slices = _slices(dz.shape[1], dz.device)
     if total is None:
         total = h.new_empty(dz.shape[1], h.shape[1])
         for rows in slices:
@@ -53,11 +53,10 @@ def add_weight_grad(total: torch.Tensor | None, dz: torch.Tensor, h: torch.Tenso
     return total
 
 
-def _slices(weight: torch.Tensor, device: torch.device) -> list[slice]:
-    """Slices of `weight`'s V rows: `SLICE` at a time on a CPU, the last one also taking
-    the remainder, so that none is narrow (MKL multiplies narrow products, 11 rows or
-    fewer here, with other kernels, whose floats differ); all at once on other devices."""
-    vocab = weight.shape[0]
+def _slices(vocab: int, device: torch.device) -> list[slice]:
+    """Slices of the head's `vocab` rows: `SLICE` at a time on a CPU, the last one also
+    taking the remainder, so that none is narrow (MKL multiplies narrow products, 11 rows
+    or fewer here, with other kernels, whose floats differ); all at once on other devices."""
     count = max(1, vocab // SLICE) if device.type == "cpu" else 1
     bounds = [i * SLICE for i in range(count)] + [vocab]
     return [slice(start, stop) for start, stop in itertools.pairwise(bounds)]
