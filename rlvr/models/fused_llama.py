@@ -26,7 +26,7 @@ something else and keep the model's own forward (`supports`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +39,7 @@ from rlvr.models.lean import (  # noqa: F401 (tests patch SwiGLU)
     rms_norm,
     swiglu,
 )
+from rlvr.models.lean.packed import PackedWeight, pack
 from rlvr.models.precision import autocast_dtype
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
@@ -158,7 +159,10 @@ def _project(
     large (a LoRA step's gate/up: 32 rows × 64 tokens × 3072 floats, 25 MB a layer) costs
     a new allocation and its page faults (about 1 s of a 64-token SmolLM2 step). The same
     float additions as `y + low`: bit for bit (tests/models/test_models_fused_llama_lora.py)."""
-    y = CatLinear.apply(x, b, *w) if isinstance(w, tuple) else F.linear(x, w, b)
+    if isinstance(w, PackedWeight):  # the decode loop's (`FusedLlama.pack`)
+        y = w.linear(x, b)
+    else:
+        y = CatLinear.apply(x, b, *w) if isinstance(w, tuple) else F.linear(x, w, b)
     if low is None:
         return y
     update = F.linear(F.linear(x, low[0]), low[1])
@@ -331,6 +335,22 @@ class FusedLlama:
         # (−a)·b and a·(−b) are the same float, so this saves a negation per layer.
         half = self.head_dim // 2
         self.sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), -1)
+
+    def pack(self, rows: int) -> None:
+        """Pack the projections' weights for products with `rows`-row inputs, the decode
+        loop's (`rlvr.models.lean.packed`: the same floats, MKL's repacking at every step
+        saved); a weight that cannot be packed as exactly stays as it is, and so does one
+        that trains (a training forward concatenates its weights per product)."""
+        self.layers = [
+            replace(
+                layer,
+                qkv_w=pack(layer.qkv_w, rows, layer.qkv_b),
+                o_w=pack(layer.o_w, rows, layer.o_b),
+                gate_up_w=pack(layer.gate_up_w, rows, layer.gate_up_b),
+                down_w=pack(layer.down_w, rows, layer.down_b),
+            )
+            for layer in self.layers
+        ]
 
     def release(self) -> None:
         """Drop what `begin` read: the fused weights are a copy of every projection (on

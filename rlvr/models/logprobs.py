@@ -25,7 +25,7 @@ from rlvr.models.lean.chunked_head import (
     logprobs_without_grad,
     tempered,
 )
-from rlvr.models.lean.head_product import head_logits
+from rlvr.models.lean.head_product import head_logits, packed_head
 from rlvr.models.precision import full_precision
 from rlvr.vision.prompts import image_inputs
 from rlvr.vision.qwen_vl import placeholder_unsampled
@@ -78,6 +78,27 @@ def lm_head_logits(model: torch.nn.Module, hidden: torch.Tensor, fp32_head: bool
     bias = None if head.bias is None else head.bias.float()
     with full_precision(hidden.device):
         return process_logits(model.config, _linear(hidden.float(), head.weight.float(), bias))
+
+
+def packed_lm_head(model: torch.nn.Module, rows: int):
+    """`hidden ↦ lm_head_logits(model, hidden, fp32_head)` for (rows, H) float32 hidden
+    states on a CPU, the head's weight packed once for MKL's products (a decode loop's:
+    `rlvr.models.lean.packed`, the same floats); None where that does not apply (another
+    head, dtype or device, autocast on, or no exact packed product here). The weights
+    are read now: for one rollout, not across an update."""
+    head = model.get_output_embeddings()
+    weight = getattr(head, "weight", None)
+    if (
+        type(head) is not torch.nn.Linear
+        or weight.dtype != torch.float32
+        or weight.device.type != "cpu"
+        or torch.is_autocast_enabled("cpu")
+    ):
+        return None
+    logits = packed_head(weight.detach(), None if head.bias is None else head.bias.detach(), rows)
+    if logits is None:
+        return None
+    return lambda hidden: process_logits(model.config, logits(hidden))
 
 
 def _float32_product(head: torch.nn.Module, hidden: torch.Tensor) -> bool:

@@ -138,3 +138,28 @@ def test_the_decoder_keeps_no_fused_weights_after_a_rollout(tokenizer):
     second = engine.generate(PROMPTS, params, torch.Generator().manual_seed(3))
     assert engine._static.fused.layers == []
     assert not torch.equal(first.response_ids, second.response_ids)
+
+
+@pytest.mark.parametrize("build", [qwen2, llama_gqa])
+def test_packed_weights_change_no_token_and_no_log_prob(build, tokenizer, monkeypatch):
+    """The decode loop packs its weights for MKL's products (rlvr/models/lean/packed.py)
+    where the floats stay F.linear's: the same tokens and log-probs, bit for bit, as
+    without packing, and the packed products did run (on a CPU with MKL)."""
+    from rlvr.models.lean import packed
+    from rlvr.rollout import static_decode
+
+    runs, calls = [], []
+    linear = packed.PackedWeight.linear
+    monkeypatch.setattr(
+        packed.PackedWeight, "linear", lambda self, *a: calls.append(1) or linear(self, *a)
+    )
+    model = build(tokenizer)
+    for steps in (10**9, 1):
+        monkeypatch.setattr(static_decode, "PACK_STEPS", steps)
+        engine = HFEngine(model, tokenizer, static_cache=True)
+        params = SamplingParams(group_size=4, max_new_tokens=12)
+        runs.append(engine.generate(PROMPTS, params, torch.Generator().manual_seed(3)))
+        assert engine._static.fused.layers == []  # the packed copies are dropped too
+    assert torch.equal(runs[0].response_ids, runs[1].response_ids)
+    assert torch.equal(runs[0].sampler_logprobs, runs[1].sampler_logprobs)
+    assert (len(calls) > 0) == packed.available()

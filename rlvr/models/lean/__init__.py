@@ -3,7 +3,8 @@ numbers: the fused Llama forward's SwiGLU and its down projection (`swiglu`), it
 concatenated projections (`cat_linear`), its RMSNorm (`rms_norm`) and the two together
 (`normed_linear`), and the LM head over chunks of positions (`chunked_head`), whose
 products with the head's weight run over slices of the vocabulary on a CPU
-(`head_product`). Each is tested bit for bit against the composition it replaces."""
+(`head_product`). Each is tested bit for bit against the composition it replaces, as are
+the decode loop's weights packed once for MKL's products (`packed`)."""
 
 from rlvr.models.lean.cat_linear import CatLinear
 from rlvr.models.lean.normed_linear import NormedCatLinear

@@ -16,6 +16,8 @@ import itertools
 
 import torch
 
+from rlvr.models.lean.packed import PackedWeight, pack
+
 SLICE = 1024  # rows of the head's weight per product on a CPU
 
 
@@ -60,3 +62,21 @@ def _slices(vocab: int, device: torch.device) -> list[slice]:
     count = max(1, vocab // SLICE) if device.type == "cpu" else 1
     bounds = [i * SLICE for i in range(count)] + [vocab]
     return [slice(start, stop) for start, stop in itertools.pairwise(bounds)]
+
+
+def packed_head(weight: torch.Tensor, bias: torch.Tensor | None, rows: int):
+    """`h ↦ head_logits(h, weight, bias, ·)` for (rows, H) `h`, each slice of W packed once
+    for MKL's products (`rlvr.models.lean.packed`: the same floats), as a function; None
+    where a slice cannot be packed as exactly (then `head_logits` is the way)."""
+    slices = _slices(weight.shape[0], weight.device)
+    packed = [pack(weight[s], rows, None if bias is None else bias[s]) for s in slices]
+    if not all(isinstance(p, PackedWeight) for p in packed):
+        return None
+
+    def logits(h: torch.Tensor) -> torch.Tensor:
+        out = h.new_empty(h.shape[0], weight.shape[0])
+        for s, p in zip(slices, packed, strict=True):
+            out[:, s] = p.linear(h, None if bias is None else bias[s])
+        return out
+
+    return logits
