@@ -82,7 +82,8 @@ def lm_head_logits(model: torch.nn.Module, hidden: torch.Tensor, fp32_head: bool
 
 def packed_lm_head(model: torch.nn.Module, rows: int):
     """`hidden ↦ lm_head_logits(model, hidden, fp32_head)` for (rows, H) float32 hidden
-    states on a CPU, the head's weight packed once for MKL's products (a decode loop's:
+    states on a CPU (with a float32 head `fp32_head` changes nothing, so either), the
+    head's weight packed once for MKL's products (a decode loop's:
     `rlvr.models.lean.packed`, the same floats); None where that does not apply (another
     head, dtype or device, autocast on, or no exact packed product here). The weights
     are read now: for one rollout, not across an update."""
