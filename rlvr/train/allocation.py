@@ -23,17 +23,10 @@ zeros AdamW's first step would have made, and AdamW's update is element by eleme
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import sys
-
 import torch
 from torch.optim.adam import adam
 
-# mallopt's parameters (malloc.h).
-M_TRIM_THRESHOLD = -1
-M_MMAP_MAX = -4
-KEPT = 2**31 - 1  # the largest free heap top glibc keeps (bytes): never trimmed by a step
+from rlvr.models.lean.heap import keep_freed
 
 
 def keep_freed_pages(device: torch.device | str = "cpu") -> bool:
@@ -41,16 +34,12 @@ def keep_freed_pages(device: torch.device | str = "cpu") -> bool:
     `mmap` (each one is faulted in afresh and returned when freed) and no trimming of the
     heap's free top. The process's resident memory then does not fall between steps.
     Returns whether it took effect (False for another device, off Linux or without glibc,
-    where nothing is changed). Process-wide, and for the rest of the process."""
-    if torch.device(device).type != "cpu" or not sys.platform.startswith("linux"):
+    where nothing is changed). Process-wide, and for the rest of the process; buffers
+    allocated inside `rlvr.models.lean.heap.returned_when_freed` are returned all the
+    same (the decode loop's packed weights)."""
+    if torch.device(device).type != "cpu":
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, KEPT))
+    return keep_freed()
 
 
 def allocate_adamw_state(optimizer: torch.optim.AdamW) -> torch.optim.AdamW:

@@ -11,8 +11,10 @@ with `F.linear`'s, and a shape whose floats differ keeps `F.linear` (`exact`). S
 changes no number anywhere, only time: on an Intel Xeon, a SmolLM2-135M decode step's
 layers took 90 ms instead of 120 and its head 28 instead of 37 (benchmarks/RESULTS.md).
 
-The packed copy holds about three times the weight's floats (MKL's layout pads it); the
-decode loop packs after its prefill and drops the copies when it ends.
+The packed copy is allocated at three to nine times the weight's floats, of which MKL
+writes about the weight's; the decode loop packs after its prefill and drops the copies
+when it ends, their memory returned to the system rather than kept for reuse
+(`rlvr.models.lean.heap`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import functools
 
 import torch
 import torch.nn.functional as F
+
+from rlvr.models.lean.heap import returned_when_freed
 
 
 def available() -> bool:
@@ -41,7 +45,8 @@ class PackedWeight:
     def __init__(self, weight: torch.Tensor, rows: int) -> None:
         self.weight = weight
         self.rows = rows
-        self.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows)
+        with returned_when_freed():  # not a hole in the heap once freed (`heap`)
+            self.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows)
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
@@ -78,7 +83,7 @@ def exact(out_features: int, in_features: int, rows: int, bias: bool) -> bool:
     w = torch.randn(out_features, in_features, generator=generator)
     x = torch.randn(rows, in_features, generator=generator)
     b = torch.randn(out_features, generator=generator) if bias else None
-    with torch.no_grad():
+    with torch.no_grad(), returned_when_freed():
         packed = torch.ops.mkl._mkl_reorder_linear_weight(w, rows)
         got = torch.ops.mkl._mkl_linear(x, packed, w, b, rows)
         return torch.equal(got, F.linear(x, w, b))

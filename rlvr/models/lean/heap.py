@@ -1,0 +1,79 @@
+"""glibc malloc's say over whether freed memory goes back to the system: kept for reuse
+(the trainer's setting on a CPU, `rlvr.train.allocation.keep_freed_pages`) or returned,
+for the buffers allocated inside `returned_when_freed`.
+
+A training step allocates and frees the same large buffers every time, so keeping freed
+memory saves the page faults of faulting them in again at every step. A buffer that lives
+through part of a step only, and is not the size of anything the rest of the step
+allocates, is better returned: kept, its freed range is a hole that the step's other
+buffers are cut from, page by page touching memory that had never been resident, and
+the process's resident set grows from step to step. The decode loop's packed weights
+(`rlvr.models.lean.packed`) are such buffers: MKL's packed layout is allocated at about
+four times the floats it writes, and on SmolLM2-135M the whole set is 2.4 GB of address
+space for 0.5 GB of memory touched. Kept, they added 0.4 GB to a 24-token step's peak by
+the third step, and more after (benchmarks/RESULTS.md)."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+# mallopt's parameters (malloc.h) and glibc's defaults.
+M_TRIM_THRESHOLD = -1
+M_MMAP_MAX = -4
+M_MMAP_THRESHOLD = -3
+KEPT = 2**31 - 1  # the largest free heap top glibc keeps (bytes): never trimmed by a step
+MMAP_MAX = 65536  # glibc's default count of buffers from `mmap` at once
+MMAP_THRESHOLD = 128 * 1024  # glibc's default size (bytes) from which `mmap` serves a buffer
+
+_kept = False  # whether `keep_freed` has taken effect in this process
+
+
+@functools.cache
+def _mallopt() -> Callable[[int, int], int] | None:
+    """glibc's `mallopt`; None off Linux or without glibc (musl has none)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        fn = libc.mallopt
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int]
+    return fn
+
+
+def keep_freed() -> bool:
+    """Keep freed memory for reuse, process-wide and for the rest of the process: no buffer
+    from `mmap` (each is faulted in afresh and returned when freed) and no trimming of the
+    heap's free top. Returns whether it took effect."""
+    global _kept
+    mallopt = _mallopt()
+    if mallopt is None:
+        return False
+    _kept = bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, KEPT))
+    return _kept
+
+
+@contextmanager
+def returned_when_freed() -> Iterator[None]:
+    """Buffers of 128 KB and more allocated inside come from `mmap`, as glibc's default
+    has them, and go back to the system when freed, whatever `keep_freed` set; outside,
+    `keep_freed`'s setting holds again. Nothing changes where `keep_freed` is not in
+    effect. Process-wide while inside: another thread's large buffers are mapped too."""
+    mallopt = _mallopt() if _kept else None
+    if mallopt is None:
+        yield
+        return
+    # The threshold too: glibc may have raised it (up to 32 MB) before `keep_freed`
+    # fixed it, and with no buffer mapped outside this block its value matters only here.
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    mallopt(M_MMAP_MAX, MMAP_MAX)
+    try:
+        yield
+    finally:
+        mallopt(M_MMAP_MAX, 0)
