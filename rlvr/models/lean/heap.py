@@ -8,10 +8,10 @@ through part of a step only, and is not the size of anything the rest of the ste
 allocates, is better returned: kept, its freed range is a hole that the step's other
 buffers are cut from, page by page touching memory that had never been resident, and
 the process's resident set grows from step to step. The decode loop's packed weights
-(`rlvr.models.lean.packed`) are such buffers: MKL's packed layout is allocated at about
-four times the floats it writes, and on SmolLM2-135M the whole set is 2.4 GB of address
-space for 0.5 GB of memory touched. Kept, they added 0.4 GB to a 24-token step's peak by
-the third step, and more after (benchmarks/RESULTS.md)."""
+(`rlvr.models.lean.packed`) are such buffers: MKL asks for three to nine times the bytes
+it writes for its packed layout, and on SmolLM2-135M the whole set is 2.4 GB of address
+space for 0.5 GB of memory touched. Kept, they took a 24-token full fine-tune's peak from
+4.16 GiB at its first step to 4.56 at its third (4.00 unpacked; benchmarks/RESULTS.md)."""
 
 from __future__ import annotations
 
