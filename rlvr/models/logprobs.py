@@ -80,26 +80,21 @@ def lm_head_logits(model: torch.nn.Module, hidden: torch.Tensor, fp32_head: bool
         return process_logits(model.config, _linear(hidden.float(), head.weight.float(), bias))
 
 
-def packed_lm_head(model: torch.nn.Module, rows: int):
-    """`hidden ↦ lm_head_logits(model, hidden, fp32_head)` for (rows, H) float32 hidden
-    states on a CPU (with a float32 head `fp32_head` changes nothing, so either), the
-    head's weight packed once for MKL's products (a decode loop's:
-    `rlvr.models.lean.packed`, the same floats); None where that does not apply (another
-    head, dtype or device, autocast on, or no exact packed product here). The weights
-    are read now: for one rollout, not across an update."""
+def packed_lm_head(model: torch.nn.Module, hidden: torch.Tensor):
+    """`h ↦ lm_head_logits(model, h, fp32_head)` for hidden states `h` of `hidden`'s rows
+    (with a float32 head `fp32_head` changes nothing, so either), the head's weight packed
+    once for MKL's products (a decode loop's: `rlvr.models.lean.packed`, the same floats);
+    None where the head's product is not a plain float32 one on a CPU (`_float32_product`)
+    or no exact packed product exists here. The weights are read now: for one rollout, not
+    across an update."""
     head = model.get_output_embeddings()
-    weight = getattr(head, "weight", None)
-    if (
-        type(head) is not torch.nn.Linear
-        or weight.dtype != torch.float32
-        or weight.device.type != "cpu"
-        or torch.is_autocast_enabled("cpu")
-    ):
+    if not _float32_product(head, hidden):
         return None
-    logits = packed_head(weight.detach(), None if head.bias is None else head.bias.detach(), rows)
+    bias = None if head.bias is None else head.bias.detach()
+    logits = packed_head(head.weight.detach(), bias, len(hidden))
     if logits is None:
         return None
-    return lambda hidden: process_logits(model.config, logits(hidden))
+    return lambda h: process_logits(model.config, logits(h))
 
 
 def _float32_product(head: torch.nn.Module, hidden: torch.Tensor) -> bool:

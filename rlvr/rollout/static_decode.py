@@ -97,7 +97,7 @@ class StaticDecoder:
         head = None
         if self.compiled is None and max_new_tokens >= PACK_STEPS:
             fused.pack(len(hidden))
-            head = packed_lm_head(self.model, len(hidden))
+            head = packed_lm_head(self.model, hidden)
         tokens = []
         for step in range(max_new_tokens):
             if step > 0:
