@@ -11,7 +11,8 @@ the process's resident set grows from step to step. The decode loop's packed wei
 (`rlvr.models.lean.packed`) are such buffers: MKL asks for three to nine times the bytes
 it writes for its packed layout, and on SmolLM2-135M the whole set is 2.4 GB of address
 space for 0.5 GB of memory touched. Kept, they took a 24-token full fine-tune's peak from
-4.16 GiB at its first step to 4.56 at its third (4.00 unpacked; benchmarks/RESULTS.md)."""
+4.19 GiB at its first step to 4.59 at its third (3.97 unpacked; benchmarks/step_memory.py,
+benchmarks/RESULTS.md)."""
 
 from __future__ import annotations
 
