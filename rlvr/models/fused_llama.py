@@ -161,10 +161,8 @@ def _project(
     float additions as `y + low`: bit for bit (tests/models/test_models_fused_llama_lora.py)."""
     if isinstance(w, PackedWeight):  # the decode loop's (`FusedLlama.pack`)
         y = w.linear(x, b)
-    elif isinstance(w, tuple):
-        y = CatLinear.apply(x, b, *w)
     else:
-        y = F.linear(x, w, b)
+        y = CatLinear.apply(x, b, *w) if isinstance(w, tuple) else F.linear(x, w, b)
     if low is None:
         return y
     update = F.linear(F.linear(x, low[0]), low[1])
