@@ -14,6 +14,7 @@ from collections.abc import Callable
 import torch
 
 from rlvr.models.fused_llama import FusedLlama
+from rlvr.models.lean.heap import release_kept
 from rlvr.models.logprobs import lm_head_logits, packed_lm_head
 
 Sampler = Callable[[torch.Tensor], torch.Tensor]  # (B, V) float32 logits -> (B,) token ids
@@ -96,6 +97,7 @@ class StaticDecoder:
                 _vary(tensor, 0, 2)  # rows, columns
         head = None
         if self.compiled is None and max_new_tokens >= PACK_STEPS:
+            release_kept()  # not stacked on the heap the last update kept (`heap`)
             fused.pack(len(hidden))
             head = packed_lm_head(self.model, hidden)
         tokens = []

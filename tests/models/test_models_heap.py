@@ -17,7 +17,7 @@ ROOT = str(Path(__file__).resolve().parents[2])
 RESIDENT = """
 import sys, torch
 sys.path.insert(0, {root!r})
-from rlvr.models.lean.heap import keep_freed, returned_when_freed
+from rlvr.models.lean.heap import keep_freed, release_kept, returned_when_freed
 def resident_mib():
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS:"):
@@ -78,3 +78,24 @@ def test_kept_memory_stays_kept_after_the_block():
     ).stdout.split()
     assert out[0] == "True" and float(out[1]) < 16  # inside: returned
     assert float(out[2]) > 48  # after: kept
+
+
+def test_release_kept_hands_the_kept_pages_back():
+    """A freed buffer's pages, kept by `keep_freed`, leave the resident set when
+    `release_kept` is called; where nothing is kept it does nothing and says so."""
+    script = textwrap.dedent(
+        RESIDENT.format(root=ROOT, keep=True, returned=False)
+        + "print(release_kept(), resident_mib() - base)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.split()
+    assert out[0] == "True" and float(out[1]) > 48  # freed, kept
+    assert out[2] == "True" and float(out[3]) < 16  # released
+    script = textwrap.dedent(
+        RESIDENT.format(root=ROOT, keep=False, returned=False) + "print(release_kept())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.split()
+    assert out[0] == "False" and out[2] == "False"

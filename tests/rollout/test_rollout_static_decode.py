@@ -163,3 +163,25 @@ def test_packed_weights_change_no_token_and_no_log_prob(build, tokenizer, monkey
     assert torch.equal(runs[0].response_ids, runs[1].response_ids)
     assert torch.equal(runs[0].sampler_logprobs, runs[1].sampler_logprobs)
     assert (len(calls) > 0) == packed.available()
+
+
+def test_the_kept_heap_is_released_before_the_weights_are_packed(tokenizer, monkeypatch):
+    """A decode long enough to pack its weights first hands the heap's kept free pages
+    back (`rlvr.models.lean.heap.release_kept`), so the packed copies are not stacked on
+    the heap the last update kept; a decode too short to pack releases nothing."""
+    from rlvr.models.fused_llama import FusedLlama
+    from rlvr.rollout import static_decode
+
+    events = []
+    monkeypatch.setattr(static_decode, "release_kept", lambda: events.append("release"))
+    pack = FusedLlama.pack
+    monkeypatch.setattr(
+        FusedLlama, "pack", lambda self, rows: events.append("pack") or pack(self, rows)
+    )
+    monkeypatch.setattr(static_decode, "PACK_STEPS", 4)
+    engine = HFEngine(llama_gqa(tokenizer), tokenizer, static_cache=True)
+    generator = torch.Generator().manual_seed(3)
+    engine.generate(PROMPTS, SamplingParams(group_size=2, max_new_tokens=3), generator)
+    assert events == []
+    engine.generate(PROMPTS, SamplingParams(group_size=2, max_new_tokens=4), generator)
+    assert events == ["release", "pack"]

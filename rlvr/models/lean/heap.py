@@ -12,7 +12,17 @@ the process's resident set grows from step to step. The decode loop's packed wei
 it writes for its packed layout, and on SmolLM2-135M the whole set is 2.4 GB of address
 space for 0.5 GB of memory touched. Kept, they took a 24-token full fine-tune's peak from
 4.19 GiB at its first step to 4.59 at its third (3.97 unpacked; benchmarks/step_memory.py,
-benchmarks/RESULTS.md)."""
+benchmarks/RESULTS.md).
+
+Mapped or not, such buffers stacked on the heap a step keeps: glibc serves a request from
+the heap's free chunks first, and maps only what does not fit there, so after the first
+update the packed copies were cut partly from the kept heap, touching its never-written
+pages, and the resident set grew 0.03 GiB a step, without end (a 24-token full
+fine-tune's peak 4.19 GiB at its second step, 4.51 at its fourteenth). `release_kept`
+hands the kept heap's free pages back before they are packed: the rollout then holds what
+is live and the packed copies, the update faults back in the pages it uses, and the peak
+is the update's, 3.80-4.08 GiB over fourteen steps with no trend
+(`benchmarks/step_memory.py --steps 14`, benchmarks/RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -48,6 +58,16 @@ def _mallopt() -> Callable[[int, int], int] | None:
     return fn
 
 
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's `malloc_trim`; None where `_mallopt` is None."""
+    if _mallopt() is None:
+        return None
+    fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    fn.argtypes = [ctypes.c_size_t]
+    return fn
+
+
 def keep_freed() -> bool:
     """Keep freed memory for reuse, process-wide and for the rest of the process: no buffer
     from `mmap` (each is faulted in afresh and returned when freed) and no trimming of the
@@ -58,6 +78,17 @@ def keep_freed() -> bool:
         return False
     _kept = bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, KEPT))
     return _kept
+
+
+def release_kept() -> bool:
+    """Give the heap's free pages back to the system now (glibc's `malloc_trim(0)`, some
+    40-60 ms on SmolLM2-135M's heap), where `keep_freed` keeps them; the next buffers cut
+    from those ranges fault their pages in afresh. Returns whether anything was done."""
+    trim = _malloc_trim() if _kept else None
+    if trim is None:
+        return False
+    trim(0)
+    return True
 
 
 @contextmanager
