@@ -14,10 +14,10 @@ space for 0.5 GB of memory touched. Kept, they took a 24-token full fine-tune's 
 4.19 GiB at its first step to 4.59 at its third (3.97 unpacked; benchmarks/step_memory.py,
 benchmarks/RESULTS.md).
 
-Mapped or not, such buffers stacked on the heap a step keeps: glibc serves a request from
-the heap's free chunks first, and maps only what does not fit there, so after the first
-update the packed copies were cut partly from the kept heap, touching its never-written
-pages, and the resident set grew 0.03 GiB a step, without end (a 24-token full
+Returning them is not enough: glibc serves a request from the heap's free chunks first
+and maps only what does not fit there, so after the first update the packed copies were
+cut partly from the kept heap, touching its never-written pages, and the resident set
+grew 0.025-0.027 GiB a step, without end (a 24-token full
 fine-tune's peak 4.19 GiB at its second step, 4.51 at its fourteenth). `release_kept`
 hands the kept heap's free pages back before they are packed: the rollout then holds what
 is live and the packed copies, the update faults back in the pages it uses, and the peak
