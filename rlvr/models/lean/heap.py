@@ -45,27 +45,21 @@ _kept = False  # whether `keep_freed` has taken effect in this process
 
 
 @functools.cache
-def _mallopt() -> Callable[[int, int], int] | None:
-    """glibc's `mallopt`; None off Linux or without glibc (musl has none)."""
+def _glibc(name: str, *argtypes: type) -> Callable[..., int] | None:
+    """glibc's function `name` (`mallopt`, `malloc_trim`) taking `argtypes`; None off Linux
+    or without glibc (musl has neither)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        fn = libc.mallopt
+        fn = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
     except (OSError, AttributeError):
         return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int]
+    fn.argtypes = list(argtypes)
     return fn
 
 
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's `malloc_trim`; None where `_mallopt` is None."""
-    if _mallopt() is None:
-        return None
-    fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    fn.argtypes = [ctypes.c_size_t]
-    return fn
+def _mallopt() -> Callable[[int, int], int] | None:
+    return _glibc("mallopt", ctypes.c_int, ctypes.c_int)
 
 
 def keep_freed() -> bool:
@@ -84,7 +78,7 @@ def release_kept() -> bool:
     """Give the heap's free pages back to the system now (glibc's `malloc_trim(0)`, some
     40-60 ms on SmolLM2-135M's heap), where `keep_freed` keeps them; the next buffers cut
     from those ranges fault their pages in afresh. Returns whether anything was done."""
-    trim = _malloc_trim() if _kept else None
+    trim = _glibc("malloc_trim", ctypes.c_size_t) if _kept else None
     if trim is None:
         return False
     trim(0)
